@@ -1,0 +1,96 @@
+"""The bucket table that the deterministic wte kernel consumes.
+
+Why buckets: dwte[ix] receives one gradient row from every position where token ``ix`` occurs. Letting
+each position add its row with atomics is fast but the order of the adds (and so the low bits of the
+result) changes from run to run. Instead we first *group the positions by token*, then give each group
+to one thread block that adds them in a fixed order.
+
+A bucket is one token id ``ix`` times one channel group of ``c_per_group(dtype)`` channels (256 for bf16,
+128 for fp32: a warp of 128-bit packs). Splitting a row into groups gives long rows several blocks.
+
+The table, in a documented order that does not depend on the platform or on hashing:
+
+* ``info[bucket] = (start, size, ix, c_group)``, int32;
+* buckets sorted by size descending (the GPU starts the longest work first), ties broken by token id
+  ascending, then channel group ascending;
+* ``bt_list[start : start + size]`` lists the positions ``bt = b*T + t`` of token ``ix`` in ascending
+  order. All channel groups of one token share the same range, so ``bt_list`` has exactly B*T entries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .layout import c_per_group, num_c_groups
+
+
+@dataclass(frozen=True)
+class BucketTable:
+    """A bucket table: ``info`` (num_buckets, 4) and ``bt_list`` (B*T,), both int32."""
+
+    info: np.ndarray
+    bt_list: np.ndarray
+    C: int
+    dtype: np.dtype
+
+    @property
+    def num_buckets(self) -> int:
+        return int(self.info.shape[0])
+
+    @property
+    def starts(self) -> np.ndarray:
+        return self.info[:, 0]
+
+    @property
+    def sizes(self) -> np.ndarray:
+        """Items per bucket (occurrences of its token), descending."""
+        return self.info[:, 1]
+
+    @property
+    def token_ids(self) -> np.ndarray:
+        return self.info[:, 2]
+
+    @property
+    def c_groups(self) -> np.ndarray:
+        return self.info[:, 3]
+
+    @property
+    def num_c_groups(self) -> int:
+        return num_c_groups(self.C, self.dtype)
+
+    @property
+    def c_per_group(self) -> int:
+        return c_per_group(self.dtype)
+
+    def __repr__(self) -> str:
+        return (
+            f"BucketTable({self.num_buckets} buckets of {self.c_per_group} channels, "
+            f"{self.bt_list.shape[0]} positions, C={self.C}, dtype={self.dtype.name})"
+        )
+
+
+def build_bucket_table(inp: np.ndarray, C: int, dtype) -> BucketTable:
+    """Group positions by token and order the buckets (NumPy; arguments already validated)."""
+    flat = inp.reshape(-1)
+    # 1. The key of a position is its token id. A stable sort by it lists each token's positions in
+    #    ascending bt order, which fixes the order in which the kernel will add them.
+    by_token = np.argsort(flat, kind="stable").astype(np.int32)
+    token_ids, first, counts = np.unique(flat[by_token], return_index=True, return_counts=True)
+    # 2. Largest first, ties by token id (np.lexsort sorts by the last key first).
+    token_order = np.lexsort((token_ids, -counts))
+    token_ids, first, counts = token_ids[token_order], first[token_order], counts[token_order]
+    # 3. Lay the groups out in that order: new_start is where each token's positions go in bt_list.
+    new_start = np.zeros_like(counts)
+    np.cumsum(counts[:-1], out=new_start[1:])
+    gather = np.arange(flat.size) + np.repeat(first - new_start, counts)
+    bt_list = by_token[gather]
+    # 4. One bucket per (token, channel group), the groups of a token next to each other.
+    groups = num_c_groups(C, dtype)
+    info = np.empty((token_ids.size * groups, 4), dtype=np.int32)
+    info[:, 0] = np.repeat(new_start, groups)
+    info[:, 1] = np.repeat(counts, groups)
+    info[:, 2] = np.repeat(token_ids, groups)
+    info[:, 3] = np.tile(np.arange(groups), token_ids.size)
+    return BucketTable(info=info, bt_list=np.ascontiguousarray(bt_list, dtype=np.int32), C=C, dtype=np.dtype(dtype))

@@ -1,0 +1,93 @@
+"""How results are compared, shared by the tests, the notebooks, the demo and the benchmark.
+
+* ``bitwise_equal``: the same bits, except that any NaN equals any NaN (the GPU writes the canonical
+  NaN 0x7FFF / 0x7FFFFFFF, NumPy keeps payloads; a NaN is a NaN).
+* ``error_bound``: how far a result may be from the float64 reference. Two sources of error:
+  the fp32 sums (each add errs by at most half an fp32 ulp of the running magnitude, bounded by
+  ``terms * eps32 * sum|terms|``) and the final rounding to the storage dtype (at most one ulp of that
+  dtype: ``eps * |value|``; stochastic rounding can go either way, so a full ulp, not half). For atomics on
+  bf16 every add rounds, so the bf16 epsilon multiplies the terms too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .backend import to_numpy
+from .rounding import bfloat16
+
+EPS = {np.dtype(bfloat16): float(2.0**-7), np.dtype(np.float32): float(np.finfo(np.float32).eps)}
+
+
+def eps(dtype) -> float:
+    """Machine epsilon of a storage dtype (bf16: 2**-7, fp32: 2**-23)."""
+    return EPS[np.dtype(dtype)]
+
+
+def _bits(x: np.ndarray) -> np.ndarray:
+    return x.view(np.uint16 if x.dtype.itemsize == 2 else np.uint32)
+
+
+def bitwise_equal(a, b) -> bool:
+    """True if ``a`` and ``b`` (NumPy or CuPy) have the same dtype, shape and bits, NaN matching NaN."""
+    a, b = to_numpy(a), to_numpy(b)
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    a_nan, b_nan = np.isnan(a.astype(np.float32)), np.isnan(b.astype(np.float32))
+    same = (_bits(a) == _bits(b)) | (a_nan & b_nan)
+    return bool(same.all())
+
+
+def count_bit_differences(a, b) -> int:
+    """How many elements differ in their bits (NaN matching NaN)."""
+    a, b = to_numpy(a), to_numpy(b)
+    a_nan, b_nan = np.isnan(a.astype(np.float32)), np.isnan(b.astype(np.float32))
+    return int((~((_bits(a) == _bits(b)) | (a_nan & b_nan))).sum())
+
+
+def ulp_difference(a, b) -> np.ndarray:
+    """Signed distance in units in the last place between two arrays of one dtype (finite values)."""
+    a, b = to_numpy(a), to_numpy(b)
+    signed = np.int32 if a.dtype.itemsize == 2 else np.int64
+
+    def ordered(x):
+        bits = _bits(x).astype(signed)
+        top = 1 << (8 * x.dtype.itemsize - 1)
+        return np.where(bits & top, top - bits, bits)  # monotone map of the float line onto integers
+
+    return ordered(a) - ordered(b)
+
+
+def error_bound(dtype, magnitude, terms: int, *, rounding_per_add: bool = False) -> np.ndarray:
+    """Largest allowed |result - reference| for values built from ``terms`` additions of size ``magnitude``.
+
+    ``magnitude`` is the sum of absolute values of everything added (``reference.Gradients.*_abs``, or
+    ``|a| + |b|`` for one add). fp32 accumulation errs by at most ``terms * eps32 * magnitude``; the final
+    rounding to ``dtype`` by one ulp, at most ``eps(dtype) * magnitude``; with ``rounding_per_add`` (bf16
+    atomics) every add rounds to ``dtype``.
+    """
+    magnitude = np.asarray(magnitude, dtype=np.float64)
+    per_add = eps(dtype) if rounding_per_add else eps(np.float32)
+    return (terms * per_add + eps(dtype)) * magnitude
+
+
+def within_bound(result, reference, bound) -> bool:
+    """``|result - reference| <= bound`` everywhere, with NaN only where the reference is NaN."""
+    result = to_numpy(result).astype(np.float64)
+    reference = np.asarray(reference, dtype=np.float64)
+    both_nan = np.isnan(result) & np.isnan(reference)
+    ok = np.abs(result - reference) <= bound
+    return bool((ok | both_nan).all())
+
+
+def checksum(x) -> str:
+    """A short, platform-independent fingerprint of an array's bits (NaNs folded to one pattern).
+
+    Used in notebooks to print a value that must be identical on the GPU and in the CPU mirror.
+    """
+    import hashlib
+
+    x = np.ascontiguousarray(to_numpy(x))
+    bits = _bits(x).copy()
+    bits[np.isnan(x.astype(np.float32))] = 0x7FFF if x.dtype.itemsize == 2 else 0x7FFFFFFF
+    return hashlib.sha256(bits.astype(bits.dtype.newbyteorder("<")).tobytes()).hexdigest()[:16]

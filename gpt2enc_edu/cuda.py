@@ -1,0 +1,166 @@
+"""Compile the kernels in ``kernels/`` with CuPy (NVRTC) and launch them.
+
+* Kernels are found next to the package in a checkout (``<repo>/kernels``) or inside it in an installed
+  wheel (``gpt2enc_edu/kernels``, where the build puts them).
+* Each kernel file is compiled once per process and storage dtype (``-DENC_FP32`` selects fp32), for the
+  current device's architecture (CuPy's default), and cached. A failed compilation raises
+  ``KernelCompileError`` with NVRTC's log; a missing CuPy or GPU raises ``CudaUnavailableError`` saying why.
+* Launchers take already-validated CuPy arrays (``gpt2enc_edu.encoder_*`` validate first). Every launch
+  goes through ``_launch``, which refuses an empty grid and surfaces launch errors as ``RuntimeError``.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+
+from .buckets import BucketTable
+from .layout import BLOCK_SIZE, WTE_BLOCK_SIZE, dtype_name, pack_size
+
+
+class CudaUnavailableError(RuntimeError):
+    """The CUDA backend cannot run here (no CuPy, no GPU)."""
+
+
+class KernelCompileError(RuntimeError):
+    """NVRTC rejected a kernel file; the message carries the compiler log."""
+
+
+def kernel_dir() -> Path:
+    """The folder holding the ``.cu`` files: inside the installed package, else the checkout's ``kernels/``."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "kernels", here.parent / "kernels"):
+        if (candidate / "common.cuh").is_file():
+            return candidate
+    raise FileNotFoundError(f"kernel sources not found in {here / 'kernels'} or {here.parent / 'kernels'}")
+
+
+def kernel_source(name: str) -> str:
+    """The text of ``kernels/<name>`` (for notebooks that display a kernel)."""
+    return (kernel_dir() / name).read_text()
+
+
+def _cupy():
+    try:
+        import cupy
+    except Exception as exc:
+        raise CudaUnavailableError(f"the CUDA backend needs CuPy, which failed to import: {exc}") from exc
+    if not cupy.cuda.is_available():
+        raise CudaUnavailableError("the CUDA backend needs a CUDA GPU, and CuPy sees none")
+    return cupy
+
+
+def _cuda_include_dirs() -> list[str]:
+    """Folders that hold ``cuda_bf16.h``, for NVRTC (CuPy passes its own, not always the toolkit's)."""
+    dirs = []
+    candidates = []
+    try:
+        import cupy
+
+        path = cupy.cuda.get_cuda_path()
+        if path:
+            candidates.append(Path(path) / "include")
+    except Exception:
+        pass
+    try:
+        from cuda.pathfinder import find_nvidia_header_directory
+
+        found = find_nvidia_header_directory("cudart")
+        if found:
+            candidates.append(Path(found))
+    except Exception:
+        pass
+    for folder in candidates:
+        if (folder / "cuda_bf16.h").is_file() and str(folder) not in dirs:
+            dirs.append(str(folder))
+    return dirs
+
+
+def compile_options(dtype) -> tuple[str, ...]:
+    """NVRTC options for one storage dtype. CuPy adds ``-arch`` for the current device and ``-ftz=true``."""
+    options = ["-std=c++17", f"-I{kernel_dir()}"]
+    options += [f"-I{d}" for d in _cuda_include_dirs()]
+    if dtype_name(dtype) == "fp32":
+        options.append("-DENC_FP32")
+    return tuple(options)
+
+
+@functools.lru_cache(maxsize=None)
+def _module(file_name: str, dtype_key: str):
+    cupy = _cupy()
+    dtype = np.float32 if dtype_key == "fp32" else __import__("ml_dtypes").bfloat16
+    source = kernel_source(file_name)
+    module = cupy.RawModule(code=source, options=compile_options(dtype))
+    try:
+        module.compile()
+    except cupy.cuda.compiler.CompileException as exc:
+        raise KernelCompileError(f"NVRTC failed to compile kernels/{file_name} ({dtype_key}):\n{exc}") from exc
+    return module
+
+
+def get_kernel(file_name: str, kernel_name: str, dtype):
+    """The compiled ``kernel_name`` from ``kernels/<file_name>`` for storage ``dtype`` (cached)."""
+    return _module(file_name, dtype_name(dtype)).get_function(kernel_name)
+
+
+def _launch(kernel, grid: int, block: int, args: tuple) -> None:
+    """Launch with a checked configuration; launch failures become RuntimeError naming the kernel."""
+    if grid <= 0 or block <= 0:
+        raise RuntimeError(f"refusing to launch {kernel.__name__ if hasattr(kernel, '__name__') else kernel} "
+                           f"with grid={grid}, block={block}")
+    try:
+        kernel((grid,), (block,), args)
+    except Exception as exc:  # cupy.cuda.driver.CUDADriverError and friends
+        raise RuntimeError(f"kernel launch failed (grid={grid}, block={block}): {exc}") from exc
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def encoder_forward(out, inp, wte, wpe, B: int, T: int, C: int) -> None:
+    kernel = get_kernel("encoder_forward.cu", "encoder_forward_kernel", wte.dtype)
+    threads = B * T * C // pack_size(wte.dtype)
+    _launch(kernel, _ceil_div(threads, BLOCK_SIZE), BLOCK_SIZE,
+            (out, inp, wte, wpe, np.int32(B), np.int32(T), np.int32(C)))
+
+
+def encoder_backward_wpe(dwpe, dout, B: int, T: int, C: int, seed: int) -> None:
+    kernel = get_kernel("encoder_backward_wpe.cu", "encoder_backward_wpe_kernel", dout.dtype)
+    threads = T * C // pack_size(dout.dtype)
+    _launch(kernel, _ceil_div(threads, BLOCK_SIZE), BLOCK_SIZE,
+            (dwpe, dout, np.int32(B), np.int32(T), np.int32(C), np.uint32(seed)))
+
+
+def upload_bucket_table(table: BucketTable):
+    """(bucket_info, bt_list) as CuPy arrays; the table may already live on the GPU."""
+    cupy = _cupy()
+    return cupy.asarray(table.info, dtype=np.int32), cupy.asarray(table.bt_list, dtype=np.int32)
+
+
+def encoder_backward_wte_bucketed(dwte, table: BucketTable, dout, C: int, seed: int) -> None:
+    kernel = get_kernel("encoder_backward_wte_bucketed.cu", "encoder_backward_wte_bucketed_kernel", dout.dtype)
+    bucket_info, bt_list = upload_bucket_table(table)
+    _launch(kernel, table.num_buckets, WTE_BLOCK_SIZE, (dwte, bucket_info, bt_list, dout, np.int32(C), np.uint32(seed)))
+
+
+def encoder_backward_atomic(dwte, dwpe, dout, inp, B: int, T: int, C: int, *, bf16_atomics: bool) -> None:
+    cupy = _cupy()
+    threads = B * T * C // pack_size(dout.dtype)
+    grid = _ceil_div(threads, BLOCK_SIZE)
+    file_name = "encoder_backward_atomic.cu"
+    if bf16_atomics:
+        kernel = get_kernel(file_name, "encoder_backward_atomic_bf16_kernel", dout.dtype)
+        _launch(kernel, grid, BLOCK_SIZE, (dwte, dwpe, dout, inp, np.int32(B), np.int32(T), np.int32(C)))
+        return
+    kernel = get_kernel(file_name, "encoder_backward_atomic_fp32_kernel", dout.dtype)
+    if dwte.dtype == np.float32:
+        _launch(kernel, grid, BLOCK_SIZE, (dwte, dwpe, dout, inp, np.int32(B), np.int32(T), np.int32(C)))
+        return
+    # bf16 storage: accumulate in fp32 copies, round back to nearest once.
+    dwte32, dwpe32 = dwte.astype(cupy.float32), dwpe.astype(cupy.float32)
+    _launch(kernel, grid, BLOCK_SIZE, (dwte32, dwpe32, dout, inp, np.int32(B), np.int32(T), np.int32(C)))
+    dwte[...] = dwte32.astype(dwte.dtype)
+    dwpe[...] = dwpe32.astype(dwpe.dtype)

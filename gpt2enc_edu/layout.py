@@ -1,0 +1,49 @@
+"""Sizes the kernels are built around, in one place for the mirror, the validator and the launcher.
+
+These restate constants of ``kernels/common.cuh`` and the kernel files (a test compiles against both).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .rounding import bfloat16, float32
+
+WARP_SIZE = 32
+#: Threads per block of the elementwise kernels (forward, atomic backward, wpe backward).
+BLOCK_SIZE = 256
+#: Threads per block of the bucketed wte kernel (``WTE_BLOCK_SIZE``): 8 warps share one bucket.
+WTE_BLOCK_SIZE = 256
+WTE_WARPS = WTE_BLOCK_SIZE // WARP_SIZE
+
+#: The storage dtypes the kernels are compiled for.
+STORAGE_DTYPES = (bfloat16, float32)
+
+#: Largest element count that 32-bit signed index arithmetic in the kernels can address.
+INT32_LIMIT = 2**31 - 1
+
+
+def dtype_name(dtype) -> str:
+    """'bf16' or 'fp32' for a storage dtype; TypeError for anything else."""
+    dtype = np.dtype(dtype)
+    if dtype == bfloat16:
+        return "bf16"
+    if dtype == float32:
+        return "fp32"
+    raise TypeError(f"storage dtype must be ml_dtypes.bfloat16 or numpy.float32, not {dtype}")
+
+
+def pack_size(dtype) -> int:
+    """Elements in one 128-bit pack (``x128::size``): 8 for bf16, 4 for fp32."""
+    dtype_name(dtype)
+    return 16 // np.dtype(dtype).itemsize
+
+
+def c_per_group(dtype) -> int:
+    """Channels in one bucket's channel group: a warp of packs (256 for bf16, 128 for fp32)."""
+    return WARP_SIZE * pack_size(dtype)
+
+
+def num_c_groups(C: int, dtype) -> int:
+    """Channel groups needed to cover C channels (the last one may be partly empty)."""
+    return -(-C // c_per_group(dtype))

@@ -1,0 +1,164 @@
+"""The NumPy mirror: one function per CUDA kernel, written to be read side by side with it.
+
+Each function takes the same arguments as its kernel, builds the kernel's thread indices with
+``np.arange`` (one row per thread, one column per element of its 128-bit pack, ``k``), and does the same
+index math and the same fp32 operations in the same order (``fadd`` = the GPU's flush-to-zero add). Loops
+that a kernel runs *inside* a thread (over ``b``, over a bucket's items, over warps) stay Python loops here,
+so the order of every sum is the kernel's order.
+
+Deterministic kernels (forward, wpe backward, bucketed wte backward) therefore give the GPU's bits exactly.
+The atomic kernel's order is decided by the hardware at run time; its mirror draws a fresh random order on
+every call, so it is nondeterministic in the same way.
+
+Arguments are validated by the public API (``gpt2enc_edu.encoder_*``) before these run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .buckets import BucketTable
+from .layout import WARP_SIZE, WTE_WARPS, pack_size
+from .rounding import (
+    NOISE_STREAM_DWPE,
+    NOISE_STREAM_DWTE,
+    bfloat16,
+    fadd,
+    round_to_storage,
+    to_bf16_nearest,
+    to_float,
+)
+
+#: How many buckets the wte mirror processes at once (bounds its memory, not its result).
+_BUCKETS_PER_STEP = 1024
+
+
+def _to_storage_nearest(value: np.ndarray, dtype) -> np.ndarray:
+    """``(floatX)value``: round to nearest even for bf16, unchanged for fp32."""
+    return to_bf16_nearest(value) if np.dtype(dtype) == bfloat16 else value
+
+
+def _thread_starts(n_elements: int, size: int) -> np.ndarray:
+    """``idx = (blockIdx.x * blockDim.x + threadIdx.x) * x128::size`` for every thread with ``idx < n``."""
+    return np.arange(0, n_elements, size, dtype=np.int64)
+
+
+def encoder_forward(out, inp, wte, wpe, B: int, T: int, C: int) -> None:
+    """Mirror of ``encoder_forward_kernel``: ``out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]``."""
+    size = pack_size(wte.dtype)
+    k = np.arange(size)
+    idx = _thread_starts(B * T * C, size)
+
+    bt = idx // C
+    b = bt // T
+    t = bt % T
+    c = idx % C
+
+    ix = inp.reshape(-1)[b * T + t]
+
+    wte128 = wte.reshape(-1)[(ix * C + c)[:, None] + k]
+    wpe128 = wpe.reshape(-1)[(t * C + c)[:, None] + k]
+    packed_out = _to_storage_nearest(fadd(to_float(wte128), to_float(wpe128)), out.dtype)
+    out.reshape(-1)[(b * T * C + t * C + c)[:, None] + k] = packed_out
+
+
+def encoder_backward_wpe(dwpe, dout, B: int, T: int, C: int, seed: int) -> None:
+    """Mirror of ``encoder_backward_wpe_kernel``: ``dwpe[t,:] += sum over b of dout[b,t,:]``."""
+    size = pack_size(dout.dtype)
+    k = np.arange(size)
+    idx = _thread_starts(T * C, size)
+
+    t = idx // C
+    c = idx % C
+
+    dout_flat = dout.reshape(-1)
+    accum = np.zeros((idx.size, size), dtype=np.float32)
+    for b in range(B):  # the kernel's loop over b, in its order
+        packed_dout = dout_flat[(b * T * C + t * C + c)[:, None] + k]
+        accum = fadd(accum, to_float(packed_dout))
+
+    dwpe_flat = dwpe.reshape(-1)
+    dwpe_tc = (t * C + c)[:, None] + k  # also each element's noise position (idx + k)
+    packed_dwpe = dwpe_flat[dwpe_tc]
+    dwpe_flat[dwpe_tc] = round_to_storage(
+        fadd(accum, to_float(packed_dwpe)), dwpe.dtype, dwpe_tc, NOISE_STREAM_DWPE, seed
+    )
+
+
+def encoder_backward_wte_bucketed(dwte, table: BucketTable, dout, C: int, seed: int) -> None:
+    """Mirror of ``encoder_backward_wte_bucketed_kernel``: one block per bucket, 8 warps, warp 0 combines.
+
+    Threads are vectorised as rows (bucket, lane) for each warp; buckets are taken a step at a time to
+    bound memory. Threads whose channels lie past C (the last group when C is not a multiple of
+    ``c_per_group``) have no row at all, as they do no work in the kernel.
+    """
+    size = pack_size(dout.dtype)
+    k = np.arange(size)
+    c_per_warp = WARP_SIZE * size
+    dout_flat = dout.reshape(-1)
+    dwte_flat = dwte.reshape(-1)
+    bt_list = table.bt_list
+
+    for first_bucket in range(0, table.num_buckets, _BUCKETS_PER_STEP):
+        info = table.info[first_bucket : first_bucket + _BUCKETS_PER_STEP].astype(np.int64)
+        bucket_start, bucket_size, bucket_ix, c_group = info.T
+
+        # One row per thread of a warp: (bucket, lane_id), keeping only lanes that have channels.
+        bucket, lane_id = np.divmod(np.arange(info.shape[0] * WARP_SIZE), WARP_SIZE)
+        c = c_group[bucket] * c_per_warp + lane_id * size
+        has_channels = c < C
+        bucket, c = bucket[has_channels], c[has_channels]
+        size_of_thread = bucket_size[bucket]
+        start_of_thread = bucket_start[bucket]
+
+        # Each warp's partial sum: warp w adds items w, w + 8, w + 16, ... of its bucket.
+        warp_accum = []
+        for warp_id in range(WTE_WARPS):
+            accum = np.zeros((bucket.size, size), dtype=np.float32)
+            for item in range(warp_id, int(bucket_size.max(initial=0)), WTE_WARPS):
+                active = np.flatnonzero(item < size_of_thread)
+                bt = bt_list[start_of_thread[active] + item].astype(np.int64)
+                packed_dout = dout_flat[(bt * C + c[active])[:, None] + k]
+                accum[active] = fadd(accum[active], to_float(packed_dout))
+            warp_accum.append(accum)
+
+        # Warp 0 adds the warps that had at least one item, in order 1, 2, ..., then the old value.
+        accum = warp_accum[0]
+        busy_warps = np.minimum(WTE_WARPS, size_of_thread)
+        for w in range(1, WTE_WARPS):
+            added = w < busy_warps
+            accum[added] = fadd(accum[added], warp_accum[w][added])
+
+        dwte_ix = (bucket_ix[bucket] * C + c)[:, None] + k  # also each element's noise position
+        packed_dwte = dwte_flat[dwte_ix]
+        dwte_flat[dwte_ix] = round_to_storage(
+            fadd(accum, to_float(packed_dwte)), dwte.dtype, dwte_ix, NOISE_STREAM_DWTE, seed
+        )
+
+
+def encoder_backward_atomic(dwte, dwpe, dout, inp, B: int, T: int, C: int, *, bf16_atomics: bool, rng=None):
+    """Mirror of the atomic backward: every (b, t) row is added into dwte and dwpe in a random order.
+
+    ``bf16_atomics=False`` mirrors ``encoder_backward_atomic_fp32_kernel``: adds in fp32 (into copies, for
+    bf16 storage, rounded back to nearest once at the end). ``bf16_atomics=True`` mirrors
+    ``encoder_backward_atomic_bf16_kernel``: every single add is rounded to bf16. The order is a fresh
+    random permutation on every call (or drawn from ``rng``), like the order in which GPU threads happen
+    to reach the memory system.
+    """
+    rng = np.random.default_rng() if rng is None else rng
+    arrival = rng.permutation(B * T)  # thread arrival order at the atomics
+    ix = inp.reshape(-1)[arrival]
+    t = arrival % T
+    rows = dout.reshape(B * T, C)[arrival]
+    if bf16_atomics:
+        # ufunc.at is unbuffered: repeated indices are applied one after another, in the given order,
+        # each add computed in fp32 and rounded to bf16 like the hardware's bf16 atomicAdd.
+        np.add.at(dwte, ix, rows)
+        np.add.at(dwpe, t, rows)
+        return
+    dwte32, dwpe32 = to_float(dwte), to_float(dwpe)
+    rows32 = to_float(rows)
+    np.add.at(dwte32, ix, rows32)
+    np.add.at(dwpe32, t, rows32)
+    dwte[...] = _to_storage_nearest(dwte32, dwte.dtype)
+    dwpe[...] = _to_storage_nearest(dwpe32, dwpe.dtype)

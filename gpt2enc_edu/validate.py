@@ -1,0 +1,217 @@
+"""Argument checks that run before anything is launched or written.
+
+Every public call validates all of its arguments here first, so a bad call raises ``TypeError`` (wrong
+kind of thing: dtype, array type, a float seed) or ``ValueError`` (right kind, wrong value: shape, range,
+size, alignment) naming the argument, and leaves every output buffer bitwise unchanged.
+
+Decisions worth knowing (the README lists them too):
+
+* token ids must be ``int32`` (the kernels read ``const int*``); ``int64`` is refused rather than copied
+  behind your back: pass ``inp.astype(np.int32)``;
+* arrays must be C-contiguous with a 16-byte-aligned start (every thread does 128-bit loads): a strided or
+  offset view is refused, ``np.ascontiguousarray`` / ``cupy.ascontiguousarray`` fixes it;
+* every flat index the kernels compute must fit in a signed 32-bit int;
+* checking that ids lie in ``[0, V)`` reads them: on the GPU this is one small reduction and a sync.
+  ``check_ids=False`` skips it (for benchmarks); out-of-range ids then corrupt memory, as in llm.c.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from .backend import backend_of, is_cupy_array
+from .layout import INT32_LIMIT, STORAGE_DTYPES, dtype_name, pack_size
+
+METHODS = ("bucketed", "atomic", "atomic_bf16")
+
+
+@dataclass(frozen=True)
+class Dims:
+    """The sizes of one call, after validation."""
+
+    B: int
+    T: int
+    C: int
+    V: int
+    maxT: int
+    dtype: np.dtype
+    backend: str  # "numpy" or "cuda"
+
+
+def check_seed(seed) -> int:
+    """A seed is an integer in [0, 2**32): the kernels take it as ``unsigned int``."""
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"seed must be an integer in [0, 2**32), not {type(seed).__name__}")
+    seed = int(seed)
+    if not 0 <= seed < 2**32:
+        raise ValueError(f"seed must be in [0, 2**32), got {seed}")
+    return seed
+
+
+def check_ids_array(inp, name: str = "inp") -> tuple[int, int]:
+    """``inp`` is a non-empty (B, T) int32 array; returns (B, T)."""
+    if inp.dtype != np.int32:
+        hint = f" (convert with {name}.astype(np.int32))" if np.issubdtype(inp.dtype, np.integer) else ""
+        raise TypeError(f"{name} must hold int32 token ids, not {inp.dtype}{hint}")
+    if inp.ndim != 2:
+        raise ValueError(f"{name} must have shape (B, T), got {inp.shape}")
+    B, T = inp.shape
+    if B == 0 or T == 0:
+        raise ValueError(f"{name} must not be empty, got shape {inp.shape} (a zero-size batch)")
+    check_layout(name, inp)
+    return B, T
+
+
+def check_storage_dtype(name: str, array) -> np.dtype:
+    """``array`` holds bf16 (``ml_dtypes.bfloat16``) or fp32."""
+    if array.dtype not in STORAGE_DTYPES:
+        raise TypeError(f"{name} must be ml_dtypes.bfloat16 or numpy.float32, not {array.dtype}")
+    return np.dtype(array.dtype)
+
+
+def data_pointer(array) -> int:
+    """Address of the first element (host address for NumPy, device address for CuPy)."""
+    if is_cupy_array(array):
+        return int(array.data.ptr)
+    return int(array.__array_interface__["data"][0])
+
+
+def check_layout(name: str, array) -> None:
+    """C-contiguous and 16-byte aligned, as 128-bit loads and stores require."""
+    if not array.flags.c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous (got strides {array.strides}); use ascontiguousarray")
+    if array.size and data_pointer(array) % 16:
+        raise ValueError(f"{name} must start at a 16-byte-aligned address for 128-bit loads; copy it first")
+
+
+def check_index_range(name: str, count: int, what: str) -> None:
+    """``count`` elements must be addressable with 32-bit signed index arithmetic."""
+    if count > INT32_LIMIT:
+        raise ValueError(f"{name}: {what} = {count} elements exceeds the 32-bit index range of the kernels")
+
+
+def check_ids_in_range(inp, V: int, name: str = "inp") -> None:
+    """Every id in [0, V). Reads the ids (one reduction and a sync on the GPU)."""
+    lo, hi = int(inp.min()), int(inp.max())
+    if lo < 0 or hi >= V:
+        bad = lo if lo < 0 else hi
+        raise ValueError(f"{name} holds token id {bad}, outside [0, V) = [0, {V})")
+
+
+def check_disjoint(outputs: dict, inputs: dict) -> None:
+    """No output overlaps another output or an input: the kernels read and write them concurrently."""
+    spans = {}
+    for name, array in {**outputs, **inputs}.items():
+        start = data_pointer(array)
+        spans[name] = (start, start + array.nbytes)
+    names = list(spans)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            if a not in outputs and b not in outputs:
+                continue
+            (a0, a1), (b0, b1) = spans[a], spans[b]
+            if a0 < b1 and b0 < a1:
+                raise ValueError(f"{a} and {b} overlap in memory; the output must be a separate buffer")
+
+
+def _check_table(name: str, table, C: int | None, dtype: np.dtype | None) -> tuple[int, int]:
+    """A (rows, C) table of the storage dtype, matching ``dtype`` and ``C`` when given."""
+    this_dtype = check_storage_dtype(name, table)
+    if dtype is not None and this_dtype != dtype:
+        raise TypeError(f"{name} has dtype {this_dtype} but the other arrays have {dtype}; use one dtype")
+    if table.ndim != 2:
+        raise ValueError(f"{name} must be 2-D (rows, C), got shape {table.shape}")
+    rows, cols = table.shape
+    if C is not None and cols != C:
+        raise ValueError(f"{name} has {cols} channels but the other arrays have C = {C}")
+    if rows == 0 or cols == 0:
+        raise ValueError(f"{name} must not be empty, got shape {table.shape}")
+    check_layout(name, table)
+    return rows, cols
+
+
+def _check_C(C: int, dtype: np.dtype, name: str) -> None:
+    width = pack_size(dtype)
+    if C % width:
+        raise ValueError(
+            f"{name}: C = {C} must be a multiple of {width} (one 128-bit pack of {dtype_name(dtype)})"
+        )
+
+
+def forward_args(inp, wte, wpe, out, check_ids: bool) -> Dims:
+    """Validate ``encoder_forward``'s arguments; returns the call's sizes."""
+    arrays = {"inp": inp, "wte": wte, "wpe": wpe}
+    if out is not None:
+        arrays["out"] = out
+    backend = backend_of(**arrays)
+    B, T = check_ids_array(inp)
+    V, C = _check_table("wte", wte, None, None)
+    dtype = np.dtype(wte.dtype)
+    maxT, _ = _check_table("wpe", wpe, C, dtype)
+    _check_C(C, dtype, "wte")
+    if T > maxT:
+        raise ValueError(f"inp has T = {T} positions but wpe has only {maxT} rows")
+    check_index_range("inp", B * T * C, "B*T*C")
+    check_index_range("wte", V * C, "V*C")
+    if out is not None:
+        if out.dtype != dtype:
+            raise TypeError(f"out must have the dtype of wte ({dtype}), not {out.dtype}")
+        if out.shape != (B, T, C):
+            raise ValueError(f"out must have shape {(B, T, C)}, got {out.shape}")
+        check_layout("out", out)
+        check_disjoint({"out": out}, {"inp": inp, "wte": wte, "wpe": wpe})
+    if check_ids:
+        check_ids_in_range(inp, V)
+    return Dims(B, T, C, V, maxT, dtype, backend)
+
+
+def backward_args(dwte, dwpe, dout, inp, seed, method: str, check_ids: bool) -> tuple[Dims, int]:
+    """Validate ``encoder_backward``'s arguments; returns the call's sizes and the seed as an int."""
+    backend = backend_of(dwte=dwte, dwpe=dwpe, dout=dout, inp=inp)
+    seed = check_seed(seed)
+    if not isinstance(method, str) or method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}, not {method!r}")
+    B, T = check_ids_array(inp)
+    dtype = check_storage_dtype("dout", dout)
+    if dout.ndim != 3:
+        raise ValueError(f"dout must have shape (B, T, C), got {dout.shape}")
+    if dout.shape[:2] != (B, T):
+        raise ValueError(f"dout has shape {dout.shape} but inp has (B, T) = {(B, T)}")
+    C = dout.shape[2]
+    if C == 0:
+        raise ValueError("dout must not be empty (C = 0)")
+    check_layout("dout", dout)
+    V, _ = _check_table("dwte", dwte, C, dtype)
+    maxT, _ = _check_table("dwpe", dwpe, C, dtype)
+    _check_C(C, dtype, "dout")
+    if T > maxT:
+        raise ValueError(f"inp has T = {T} positions but dwpe has only {maxT} rows")
+    check_index_range("dout", B * T * C, "B*T*C")
+    check_index_range("dwte", V * C, "V*C")
+    if method == "atomic_bf16" and dtype != np.dtype(STORAGE_DTYPES[0]):
+        raise ValueError("method='atomic_bf16' needs bf16 gradients; use method='atomic' for fp32")
+    check_disjoint({"dwte": dwte, "dwpe": dwpe}, {"dout": dout, "inp": inp})
+    if check_ids:
+        check_ids_in_range(inp, V)
+    return Dims(B, T, C, V, maxT, dtype, backend), seed
+
+
+def bucket_args(inp, C, dtype) -> tuple[int, int, np.dtype]:
+    """Validate ``make_buckets``'s arguments; returns (B, T, dtype)."""
+    backend_of(inp=inp)
+    B, T = check_ids_array(inp)
+    dtype = np.dtype(dtype)
+    dtype_name(dtype)
+    if isinstance(C, (bool, np.bool_)) or not isinstance(C, numbers.Integral):
+        raise TypeError(f"C must be an integer, not {type(C).__name__}")
+    C = int(C)
+    if C <= 0:
+        raise ValueError(f"C must be positive, got {C}")
+    _check_C(C, dtype, "C")
+    check_index_range("inp", B * T * C, "B*T*C")
+    if int(inp.min()) < 0:
+        raise ValueError(f"inp holds token id {int(inp.min())}, ids must be >= 0")
+    return B, T, dtype

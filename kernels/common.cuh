@@ -1,0 +1,128 @@
+// common.cuh: device-only helpers shared by every encoder kernel in this folder.
+//
+// What is here
+//   floatX                 the storage dtype: __nv_bfloat16 (default) or float (compile with -DENC_FP32)
+//   Packed128<T>, x128     16 bytes of elements (8 bf16 or 4 fp32): one 128-bit load/store per thread
+//   load128 / load128cs    plain and streaming ("evict first") 16-byte loads
+//   store128 / store128cs  plain and streaming 16-byte stores
+//   squirrel_noise5        a cheap, good-quality integer hash (Squirrel Eiserloh's SquirrelNoise5)
+//   noise_2d               SquirrelNoise5 over a 2-D position, for one random number per (element, tensor)
+//   round_to_storage       fp32 -> floatX: stochastic rounding for bf16, a plain store for fp32
+//
+// This header is device-only on purpose: CuPy compiles the kernels with NVRTC, which cannot include host
+// headers such as <vector> or <assert.h>. Every .cu file here also compiles with `nvcc -arch=sm_90 -c`.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#define WARP_SIZE 32
+#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+
+#ifdef ENC_FP32
+typedef float floatX;
+#else
+typedef __nv_bfloat16 floatX;
+#endif
+
+// ----------------------------------------------------------------------------------------------------------
+// 128-bit packs. A warp that loads 32 consecutive packs touches 512 contiguous bytes: four full 128-byte
+// cache lines with one instruction per thread, which is what a memory-bound kernel wants.
+template <class ElementType>
+struct alignas(16) Packed128 {
+    static constexpr int size = sizeof(int4) / sizeof(ElementType);
+    ElementType payload[size];
+
+    Packed128() = default;
+    __device__ explicit Packed128(int4 bits) { memcpy(&payload, &bits, sizeof(bits)); }
+    __device__ ElementType& operator[](int index) { return payload[index]; }
+    __device__ const ElementType& operator[](int index) const { return payload[index]; }
+    __device__ int4 get_bits() const {
+        int4 bits;
+        memcpy(&bits, &payload, sizeof(bits));
+        return bits;
+    }
+};
+
+typedef Packed128<floatX> x128;
+
+template <class ElementType>
+__device__ Packed128<ElementType> load128(const ElementType* address) {
+    return Packed128<ElementType>{*reinterpret_cast<const int4*>(address)};
+}
+
+// Streaming load: data read exactly once (dout, a gathered wte row) should not push reusable lines out of L2.
+template <class ElementType>
+__device__ Packed128<ElementType> load128cs(const ElementType* address) {
+    return Packed128<ElementType>{__ldcs(reinterpret_cast<const int4*>(address))};
+}
+
+template <class ElementType>
+__device__ void store128(ElementType* target, Packed128<ElementType> value) {
+    *reinterpret_cast<int4*>(target) = value.get_bits();
+}
+
+// Streaming store: the forward's output is consumed by the next layer, not by this kernel.
+template <class ElementType>
+__device__ void store128cs(ElementType* target, Packed128<ElementType> value) {
+    __stcs(reinterpret_cast<int4*>(target), value.get_bits());
+}
+
+// ----------------------------------------------------------------------------------------------------------
+// Random numbers without state: a hash of (position, seed). All arithmetic is unsigned 32-bit and wraps, so
+// the NumPy mirror (gpt2enc_edu/rounding.py) reproduces it exactly with np.uint32.
+__device__ __forceinline__ unsigned int squirrel_noise5(unsigned int position, unsigned int seed) {
+    const unsigned int SQ5_BIT_NOISE1 = 0xd2a80a3fu;
+    const unsigned int SQ5_BIT_NOISE2 = 0xa884f197u;
+    const unsigned int SQ5_BIT_NOISE3 = 0x6C736F4Bu;
+    const unsigned int SQ5_BIT_NOISE4 = 0xB79F3ABBu;
+    const unsigned int SQ5_BIT_NOISE5 = 0x1b56c4f5u;
+    unsigned int mangled = position;
+    mangled *= SQ5_BIT_NOISE1;
+    mangled += seed;
+    mangled ^= (mangled >> 9);
+    mangled += SQ5_BIT_NOISE2;
+    mangled ^= (mangled >> 11);
+    mangled *= SQ5_BIT_NOISE3;
+    mangled ^= (mangled >> 13);
+    mangled += SQ5_BIT_NOISE4;
+    mangled ^= (mangled >> 15);
+    mangled *= SQ5_BIT_NOISE5;
+    mangled ^= (mangled >> 17);
+    return mangled;
+}
+
+// A 2-D position folded into one word with a large prime, as in SquirrelNoise's Get2dNoiseUint.
+__device__ __forceinline__ unsigned int noise_2d(unsigned int x, unsigned int y, unsigned int seed) {
+    const unsigned int PRIME_NUMBER = 198491317u;
+    return squirrel_noise5(x + (PRIME_NUMBER * y), seed);
+}
+
+// Which tensor an element belongs to: the second coordinate of noise_2d. Two tensors updated with the same
+// seed must not draw the same random number for the same flat index.
+#define NOISE_STREAM_DWTE 0u
+#define NOISE_STREAM_DWPE 1u
+
+// ----------------------------------------------------------------------------------------------------------
+// fp32 -> storage dtype.
+//
+// bf16 keeps the top 16 bits of a float. Round-to-nearest would lose every update smaller than half a bf16
+// step for good; stochastic rounding rounds up with probability (dropped bits) / 65536, so the expected
+// stored value equals the fp32 value. The random 16-bit threshold comes from a hash of the element's own
+// flat index (not of the thread that happens to write it), so the result does not depend on how the work
+// was split into blocks: any bucket order, any launch shape, the CPU mirror, all give the same bits.
+//
+// The trick: if the 16 bits that bf16 drops exceed the threshold, set them all to 1 so round-to-nearest
+// rounds up; otherwise clear them so it truncates. Inf has its low bits at 0 and stays Inf; NaN stays NaN.
+__device__ __forceinline__ void round_to_storage(float value, float* target,
+                                                 unsigned int element, unsigned int stream, unsigned int seed) {
+    *target = value;  // fp32 storage: nothing to round
+}
+
+__device__ __forceinline__ void round_to_storage(float value, __nv_bfloat16* target,
+                                                 unsigned int element, unsigned int stream, unsigned int seed) {
+    unsigned int threshold = noise_2d(element, stream, seed) & 0xFFFFu;
+    unsigned int bits = __float_as_uint(value);
+    unsigned int dropped = bits & 0xFFFFu;
+    bits = (dropped > threshold) ? (bits | 0xFFFFu) : (bits & ~0xFFFFu);
+    *target = __float2bfloat16_rn(__uint_as_float(bits));
+}

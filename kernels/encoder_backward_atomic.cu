@@ -1,0 +1,83 @@
+// encoder_backward_atomic.cu: the encoder backward as a scatter-add with atomics (the nondeterministic
+// baseline). dwte[inp[b,t],:] += dout[b,t,:] and dwpe[t,:] += dout[b,t,:] for every (b, t).
+//
+// Launch: 1-D grid, one thread per 128-bit pack of dout:
+//   grid = CEIL_DIV(B*T*C / x128::size, block)
+//   encoder_backward_atomic_fp32_kernel(dwte32, dwpe32, dout, inp, B, T, C)
+//       accumulates into fp32 buffers (for fp32 storage these are dwte/dwpe themselves; for bf16 storage the
+//       package passes fp32 copies and rounds them back to bf16 afterwards).
+//   encoder_backward_atomic_bf16_kernel(dwte, dwpe, dout, inp, B, T, C)   (bf16 storage only)
+//       atomics straight on the bf16 gradients: every single add is rounded to bf16.
+//
+// Why this is nondeterministic: many threads add into the same row (every occurrence of a token, every b
+// for one t). The hardware serialises them in whatever order they arrive, and fp32 addition is not
+// associative, so the low bits of the sum change from run to run.
+#include "common.cuh"
+
+extern "C" __global__ void encoder_backward_atomic_fp32_kernel(float* dwte32, float* dwpe32, const floatX* dout,
+                                                               const int* inp, int B, int T, int C) {
+    int idx = (blockIdx.x * blockDim.x + threadIdx.x) * x128::size;
+    if (idx >= B * T * C) { return; }
+
+    int bt = idx / C;
+    int b = bt / T;
+    int t = bt % T;
+    int c = idx % C;
+
+    int ix = inp[b * T + t];
+
+    x128 packed_dout = load128cs(dout + b * T * C + t * C + c);  // read exactly once
+    float* dwte_ix = dwte32 + ix * C + c;
+    float* dwpe_tc = dwpe32 + t * C + c;
+    for (int k = 0; k < x128::size; k++) {
+        float d = (float)packed_dout[k];
+        atomicAdd(dwte_ix + k, d);
+        atomicAdd(dwpe_tc + k, d);
+    }
+}
+
+#ifndef ENC_FP32
+// bf16 atomics on pairs: one 32-bit atomic updates two neighbouring bf16 values. sm_80 and newer have a
+// native instruction; older GPUs (a T4 is sm_75) get a compare-and-swap loop on the 32-bit word, which is
+// just as correct, only slower.
+__device__ __forceinline__ void atomic_add_bf16x2(__nv_bfloat162* target, __nv_bfloat162 value) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+    atomicAdd(target, value);
+#else
+    unsigned int* word = reinterpret_cast<unsigned int*>(target);
+    unsigned int old = *word;
+    unsigned int assumed;
+    do {
+        assumed = old;
+        __nv_bfloat162 current = *reinterpret_cast<__nv_bfloat162*>(&assumed);
+        float2 sum = make_float2(__low2float(current) + __low2float(value),
+                                 __high2float(current) + __high2float(value));
+        __nv_bfloat162 updated = __floats2bfloat162_rn(sum.x, sum.y);
+        old = atomicCAS(word, assumed, *reinterpret_cast<unsigned int*>(&updated));
+    } while (assumed != old);
+#endif
+}
+
+extern "C" __global__ void encoder_backward_atomic_bf16_kernel(floatX* dwte, floatX* dwpe, const floatX* dout,
+                                                               const int* inp, int B, int T, int C) {
+    int idx = (blockIdx.x * blockDim.x + threadIdx.x) * x128::size;
+    if (idx >= B * T * C) { return; }
+
+    int bt = idx / C;
+    int b = bt / T;
+    int t = bt % T;
+    int c = idx % C;
+
+    int ix = inp[b * T + t];
+
+    x128 packed_dout = load128cs(dout + b * T * C + t * C + c);
+    // c is a multiple of 8, so the pairs below are 4-byte aligned.
+    __nv_bfloat162* dwte_ix = reinterpret_cast<__nv_bfloat162*>(dwte + ix * C + c);
+    __nv_bfloat162* dwpe_tc = reinterpret_cast<__nv_bfloat162*>(dwpe + t * C + c);
+    for (int k = 0; k < x128::size / 2; k++) {
+        __nv_bfloat162 pair = __halves2bfloat162(packed_dout[2 * k], packed_dout[2 * k + 1]);
+        atomic_add_bf16x2(dwte_ix + k, pair);
+        atomic_add_bf16x2(dwpe_tc + k, pair);
+    }
+}
+#endif

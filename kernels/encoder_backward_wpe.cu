@@ -1,0 +1,39 @@
+// encoder_backward_wpe.cu: the deterministic position-embedding backward, dwpe[t,:] += sum_b dout[b,t,:].
+//
+// Launch: 1-D grid, one thread per 128-bit pack of dwpe's first T rows:
+//   grid = CEIL_DIV(T*C / x128::size, block), kernel(dwpe, dout, B, T, C, seed)
+// Requires C % x128::size == 0, B*T*C < 2^31 and 16-byte aligned arrays (checked in Python).
+//
+// Why it is deterministic: each dwpe element has exactly one owner thread, which adds the B gradients in the
+// fixed order b = 0, 1, ..., B-1 in fp32, then adds the old value and rounds once (read-modify-write, so
+// gradient accumulation over several calls keeps working). No atomics, no order that depends on timing.
+#include "common.cuh"
+
+extern "C" __global__ void encoder_backward_wpe_kernel(floatX* dwpe, const floatX* dout,
+                                                       int B, int T, int C, unsigned int seed) {
+    int idx = (blockIdx.x * blockDim.x + threadIdx.x) * x128::size;
+    if (idx >= T * C) { return; }
+
+    int t = idx / C;
+    int c = idx % C;
+
+    float accum[x128::size];
+    for (int k = 0; k < x128::size; k++) { accum[k] = 0.0f; }
+
+    for (int b = 0; b < B; b++) {
+        // Consecutive threads read consecutive packs of one (b, t) row: coalesced, and never read again.
+        x128 packed_dout = load128cs(dout + b * T * C + t * C + c);
+        for (int k = 0; k < x128::size; k++) {
+            accum[k] += (float)packed_dout[k];
+        }
+    }
+
+    floatX* dwpe_tc = dwpe + t * C + c;
+    x128 packed_dwpe = load128(dwpe_tc);
+    for (int k = 0; k < x128::size; k++) {
+        // The noise position is the element's flat index in dwpe (t*C + c + k): one random number per element.
+        round_to_storage(accum[k] + (float)packed_dwpe[k], &packed_dwpe[k], (unsigned int)(idx + k),
+                         NOISE_STREAM_DWPE, seed);
+    }
+    store128(dwpe_tc, packed_dwpe);
+}

@@ -1,0 +1,83 @@
+// encoder_backward_wte_bucketed.cu: the deterministic token-embedding backward,
+// dwte[ix,:] += sum over every (b,t) with inp[b,t] == ix of dout[b,t,:], without atomics.
+//
+// The work comes pre-sorted into buckets (gpt2enc_edu/buckets.py builds the table, on the CPU or the GPU):
+//   a bucket = one token id `ix` x one channel group of WARP_SIZE * x128::size channels
+//              (256 for bf16, 128 for fp32), listing the positions bt = b*T + t where that token occurs.
+//   bucket_info[bucket] = {start, size, ix, c_group}; its items are bt_list[start : start + size], in
+//   ascending bt order. The channel groups of one token share the same item range.
+//   Buckets come largest first, so the long ones start early instead of running alone at the end.
+//
+// Launch: one block of BLOCK_SIZE = 256 threads (8 warps) per bucket:
+//   grid = num_buckets, kernel(dwte, bucket_info, bt_list, dout, C, seed)
+//
+// Inside a block: lane `lane_id` of every warp owns channels c .. c + x128::size - 1 of the bucket's group;
+// warp w sums items w, w + 8, w + 16, ... in that order; then warp 0 adds warps 1, 2, ... 7 in that order
+// (through shared memory), adds the old dwte value, and rounds once. Every sum has a fixed order, so the
+// result is the same on every run and equals the NumPy mirror bit for bit.
+#include "common.cuh"
+
+#define WTE_BLOCK_SIZE 256
+#define WTE_WARPS (WTE_BLOCK_SIZE / WARP_SIZE)
+
+extern "C" __global__ void __launch_bounds__(WTE_BLOCK_SIZE)
+encoder_backward_wte_bucketed_kernel(floatX* dwte, const int4* bucket_info, const int* bt_list,
+                                     const floatX* dout, int C, unsigned int seed) {
+    __shared__ float accum_shared[x128::size * WTE_BLOCK_SIZE];
+
+    int bucket = blockIdx.x;
+    int warp_id = threadIdx.x / WARP_SIZE;
+    int lane_id = threadIdx.x % WARP_SIZE;
+    int c_per_warp = WARP_SIZE * x128::size;
+
+    int4 info = bucket_info[bucket];
+    int bucket_start = info.x;
+    int bucket_size = info.y;
+    int bucket_ix = info.z;
+    int c = info.w * c_per_warp + lane_id * x128::size;
+
+    // When C is not a multiple of c_per_warp (C = 776, say), the last group's high lanes have no channels.
+    // They still reach the barrier below, so every thread of the block takes part in it.
+    bool has_channels = c < C;
+
+    float accum[x128::size];
+    for (int k = 0; k < x128::size; k++) { accum[k] = 0.0f; }
+
+    if (has_channels) {
+        for (int item = warp_id; item < bucket_size; item += WTE_WARPS) {
+            int bt = bt_list[bucket_start + item];
+            x128 packed_dout = load128cs(dout + bt * C + c);  // each dout pack is read by one bucket only
+            for (int k = 0; k < x128::size; k++) {
+                accum[k] += (float)packed_dout[k];
+            }
+        }
+    }
+
+    // Warps 1..7 hand their partial sums to warp 0. Layout [k][thread] keeps a warp's 32 stores in 32 banks.
+    if (warp_id != 0) {
+        for (int k = 0; k < x128::size; k++) {
+            accum_shared[threadIdx.x + k * WTE_BLOCK_SIZE] = accum[k];
+        }
+    }
+    __syncthreads();
+    if (warp_id != 0 || !has_channels) { return; }
+
+    floatX* dwte_ix = dwte + bucket_ix * C + c;
+    x128 packed_dwte = load128(dwte_ix);
+
+    // Only warps that had an item contributed: a bucket of 3 items adds warps 1 and 2, not 3..7 (their
+    // zeros would turn a -0.0 sum into +0.0 and break bitwise equality with the mirror).
+    int busy_warps = min(WTE_WARPS, bucket_size);
+    for (int w = 1; w < busy_warps; w++) {
+        for (int k = 0; k < x128::size; k++) {
+            accum[k] += accum_shared[w * WARP_SIZE + lane_id + k * WTE_BLOCK_SIZE];
+        }
+    }
+
+    for (int k = 0; k < x128::size; k++) {
+        // Noise position: the element's flat index in dwte, so the rounding ignores bucket order and launch shape.
+        round_to_storage(accum[k] + (float)packed_dwte[k], &packed_dwte[k], (unsigned int)(bucket_ix * C + c + k),
+                         NOISE_STREAM_DWTE, seed);
+    }
+    store128(dwte_ix, packed_dwte);
+}
