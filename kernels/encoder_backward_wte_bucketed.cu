@@ -65,8 +65,8 @@ encoder_backward_wte_bucketed_kernel(floatX* dwte, const int4* bucket_info, cons
     floatX* dwte_ix = dwte + bucket_ix * C + c;
     x128 packed_dwte = load128(dwte_ix);
 
-    // Only warps that had an item contributed: a bucket of 3 items adds warps 1 and 2, not 3..7 (their
-    // zeros would turn a -0.0 sum into +0.0 and break bitwise equality with the mirror).
+    // Only warps that had an item hold a partial sum: a bucket of 3 items adds warps 1 and 2 and skips the
+    // shared-memory reads of warps 3..7, whose accumulators are still +0.0.
     int busy_warps = min(WTE_WARPS, bucket_size);
     for (int w = 1; w < busy_warps; w++) {
         for (int k = 0; k < x128::size; k++) {
