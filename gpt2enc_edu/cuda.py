@@ -16,8 +16,16 @@ from pathlib import Path
 
 import numpy as np
 
-from .buckets import BucketTable
-from .layout import BLOCK_SIZE, WTE_BLOCK_SIZE, dtype_name, pack_size
+from .layout import (
+    BLOCK_SIZE,
+    CHUNKED_WARPS_PER_BLOCK,
+    WARP_SIZE,
+    WTE_BLOCK_SIZE,
+    c_per_group,
+    dtype_name,
+    num_c_groups,
+    pack_size,
+)
 
 
 class CudaUnavailableError(RuntimeError):
@@ -105,15 +113,18 @@ def get_kernel(file_name: str, kernel_name: str, dtype):
     return _module(file_name, dtype_name(dtype)).get_function(kernel_name)
 
 
-def _launch(kernel, grid: int, block: int, args: tuple) -> None:
-    """Launch with a checked configuration; launch failures become RuntimeError naming the kernel."""
+def _launch(kernel, grid: int, block: int, args: tuple, *, cooperative: bool = False) -> None:
+    """Launch with a checked configuration; launch failures become RuntimeError naming the kernel.
+
+    (Errors inside a running kernel surface at the next synchronising call, as CUDA reports them.)
+    """
+    name = getattr(kernel, "name", kernel)
     if grid <= 0 or block <= 0:
-        raise RuntimeError(f"refusing to launch {kernel.__name__ if hasattr(kernel, '__name__') else kernel} "
-                           f"with grid={grid}, block={block}")
+        raise RuntimeError(f"refusing to launch {name} with grid={grid}, block={block}")
     try:
-        kernel((grid,), (block,), args)
+        kernel((grid,), (block,), args, enable_cooperative_groups=cooperative)
     except Exception as exc:  # cupy.cuda.driver.CUDADriverError and friends
-        raise RuntimeError(f"kernel launch failed (grid={grid}, block={block}): {exc}") from exc
+        raise RuntimeError(f"launch of {name} failed (grid={grid}, block={block}): {exc}") from exc
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -134,16 +145,53 @@ def encoder_backward_wpe(dwpe, dout, B: int, T: int, C: int, seed: int) -> None:
             (dwpe, dout, np.int32(B), np.int32(T), np.int32(C), np.uint32(seed)))
 
 
-def upload_bucket_table(table: BucketTable):
-    """(bucket_info, bt_list) as CuPy arrays; the table may already live on the GPU."""
+def _device_table(table):
+    """(bucket_info, units, bt_list, num_buckets, num_units, max_buckets, max_units) on the device.
+
+    A ``BucketTable`` from the CPU is copied over (llm.c's route); a ``DeviceBucketTable`` is already there.
+    """
+    from .gpu_buckets import DeviceBucketTable
+
     cupy = _cupy()
-    return cupy.asarray(table.info, dtype=np.int32), cupy.asarray(table.bt_list, dtype=np.int32)
+    if isinstance(table, DeviceBucketTable):
+        return (table.info, table.units, table.bt_list, table.num_buckets_device, table.num_units_device,
+                table.max_buckets, table.max_units)
+    sizes = cupy.asarray(np.array([table.num_buckets, table.num_units], dtype=np.int32))
+    return (cupy.asarray(table.info), cupy.asarray(table.units), cupy.asarray(table.bt_list), sizes[0:1], sizes[1:2],
+            table.num_buckets, table.num_units)
 
 
-def encoder_backward_wte_bucketed(dwte, table: BucketTable, dout, C: int, seed: int) -> None:
+def encoder_backward_wte_bucketed(dwte, table, dout, C: int, seed: int) -> None:
     kernel = get_kernel("encoder_backward_wte_bucketed.cu", "encoder_backward_wte_bucketed_kernel", dout.dtype)
-    bucket_info, bt_list = upload_bucket_table(table)
-    _launch(kernel, table.num_buckets, WTE_BLOCK_SIZE, (dwte, bucket_info, bt_list, dout, np.int32(C), np.uint32(seed)))
+    bucket_info, _, bt_list, num_buckets, _, max_buckets, _ = _device_table(table)
+    _launch(kernel, max_buckets, WTE_BLOCK_SIZE,
+            (dwte, bucket_info, bt_list, dout, num_buckets, np.int32(C), np.uint32(seed)))
+
+
+_chunk_workspaces: dict = {}
+
+
+def _chunk_workspace(BT: int, groups: int, C_per_group: int):
+    """Partial sums and per-bucket counters of the chunked kernel, reused across calls (counters self-reset)."""
+    from .gpu_buckets import max_multi_chunk_buckets, max_multi_chunk_units
+
+    cupy = _cupy()
+    key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, BT, groups, C_per_group)
+    if key not in _chunk_workspaces:
+        partials = cupy.empty(max_multi_chunk_units(BT, groups) * C_per_group, dtype=np.float32)
+        chunks_done = cupy.zeros(max_multi_chunk_buckets(BT, groups), dtype=np.int32)
+        _chunk_workspaces[key] = (partials, chunks_done)
+    return _chunk_workspaces[key]
+
+
+def encoder_backward_wte_chunked(dwte, table, dout, C: int, seed: int) -> None:
+    kernel = get_kernel("encoder_backward_wte_chunked.cu", "encoder_backward_wte_chunked_kernel", dout.dtype)
+    bucket_info, units, bt_list, _, num_units, _, max_units = _device_table(table)
+    BT = int(bt_list.shape[0])
+    partials, chunks_done = _chunk_workspace(BT, num_c_groups(C, dout.dtype), c_per_group(dout.dtype))
+    grid = _ceil_div(max_units, CHUNKED_WARPS_PER_BLOCK)
+    _launch(kernel, grid, WARP_SIZE * CHUNKED_WARPS_PER_BLOCK,
+            (dwte, units, bucket_info, bt_list, dout, partials, chunks_done, num_units, np.int32(C), np.uint32(seed)))
 
 
 def encoder_backward_atomic(dwte, dwpe, dout, inp, B: int, T: int, C: int, *, bf16_atomics: bool) -> None:

@@ -47,19 +47,31 @@ def encoder_forward(inp, wte, wpe, *, out=None, check_ids: bool = True):
     return out
 
 
-def make_buckets(inp, C: int, dtype) -> buckets.BucketTable:
-    """The bucket table the deterministic wte kernel consumes, built on the CPU.
+def make_buckets(inp, C: int, dtype, *, V: int | None = None):
+    """The bucket table the deterministic wte kernels consume.
 
-    ``inp`` is a (B, T) int32 NumPy array, ``C`` the channel count, ``dtype`` the storage dtype (it sets
-    the channel-group width: 256 for bf16, 128 for fp32). See ``gpt2enc_edu.buckets`` for the order.
+    ``inp`` is a (B, T) int32 array, ``C`` the channel count, ``dtype`` the storage dtype (it sets the
+    channel-group width: 256 for bf16, 128 for fp32). See ``gpt2enc_edu.buckets`` for the order.
+    A NumPy ``inp`` gives a ``BucketTable`` built with NumPy. A CuPy ``inp`` builds the same table on the
+    GPU and returns a ``gpu_buckets.DeviceBucketTable`` (``.to_host()`` gives the ``BucketTable``); it needs
+    ``V``, the vocabulary size, and checks that the ids lie in ``[0, V)``.
     """
     validate.bucket_args(inp, C, dtype)
     if backend.is_cupy_array(inp):
-        raise TypeError("make_buckets builds the table on the CPU: pass inp as a NumPy array (cupy.asnumpy)")
+        if V is None:
+            raise ValueError("V (the vocabulary size) is required to bucket CuPy ids on the GPU")
+        validate.check_positive_int("V", V)
+        validate.check_ids_in_range(inp, int(V))
+        backend.record("cuda")
+        from .gpu_buckets import build_bucket_table_gpu
+
+        return build_bucket_table_gpu(inp, int(C), np.dtype(dtype), int(V))
+    backend.record("numpy")
     return buckets.build_bucket_table(inp, int(C), dtype)
 
 
-def encoder_backward(dwte, dwpe, dout, inp, *, seed, method: str = "bucketed", check_ids: bool = True) -> None:
+def encoder_backward(dwte, dwpe, dout, inp, *, seed, method: str = "bucketed", bucketing: str = "auto",
+                     check_ids: bool = True) -> None:
     """Accumulate the encoder's gradients in place: ``dwte[inp[b,t]] += dout[b,t]``, ``dwpe[t] += dout[b,t]``.
 
     Parameters
@@ -69,21 +81,38 @@ def encoder_backward(dwte, dwpe, dout, inp, *, seed, method: str = "bucketed", c
     dout : (B, T, C) gradient of the encoder's output, same dtype.
     inp : (B, T) int32 token ids.
     seed : int in ``[0, 2**32)``, the stochastic-rounding seed (use a fresh one every step).
-    method : ``"bucketed"`` (deterministic: wpe kernel + bucketed wte kernel, stochastic rounding for
-        bf16), ``"atomic"`` (atomicAdd in fp32, rounded back to nearest once: nondeterministic), or
-        ``"atomic_bf16"`` (atomicAdd on bf16 itself: nondeterministic and lossy; bf16 only).
-    check_ids : verify ``0 <= inp < V`` first.
+    method :
+        ``"bucketed"`` deterministic, llm.c's scheme: wpe kernel + one block per bucket;
+        ``"chunked"`` deterministic, fast and skew-proof: wpe kernel + one warp per 32-item chunk;
+        ``"atomic"`` atomicAdd in fp32, rounded back to nearest once (nondeterministic);
+        ``"atomic_bf16"`` atomicAdd on bf16 itself (nondeterministic and lossy; bf16 only).
+        The deterministic methods round bf16 stochastically, keyed by ``seed`` and the element.
+    bucketing : where the bucket table of a deterministic method is built: ``"cpu"`` (NumPy; for CuPy
+        arrays this copies the ids to the host and the table back, as llm.c does), ``"gpu"`` (one kernel,
+        no host round trip; CuPy arrays only), or ``"auto"`` (``"gpu"`` for CuPy arrays, ``"cpu"`` for
+        NumPy). Both give the same table, hence the same bits.
+    check_ids : verify ``0 <= inp < V`` first (on the GPU: a reduction and a sync). With ``False``,
+        out-of-range ids are undefined behaviour, as in llm.c.
 
     The old contents of ``dwte``/``dwpe`` are added to, so gradient accumulation over calls works.
-    With ``method="bucketed"`` the result is bitwise reproducible and identical on both backends.
+    Deterministic methods give bitwise reproducible results, identical on both backends.
     """
     dims, seed = validate.backward_args(dwte, dwpe, dout, inp, seed, method, check_ids)
+    if bucketing not in ("auto", "cpu", "gpu"):
+        raise ValueError(f"bucketing must be 'auto', 'cpu' or 'gpu', not {bucketing!r}")
+    if bucketing == "gpu" and dims.backend != "cuda":
+        raise ValueError("bucketing='gpu' needs CuPy arrays; NumPy arrays are bucketed on the CPU")
     run = _runner(dims.backend)
     B, T, C = dims.B, dims.T, dims.C
-    if method == "bucketed":
-        run.encoder_backward_wpe(dwpe, dout, B, T, C, seed)
-        host_inp = backend.to_numpy(inp)
-        table = buckets.build_bucket_table(host_inp, C, dims.dtype)
-        run.encoder_backward_wte_bucketed(dwte, table, dout, C, seed)
-    else:
+    if method in ("atomic", "atomic_bf16"):
         run.encoder_backward_atomic(dwte, dwpe, dout, inp, B, T, C, bf16_atomics=(method == "atomic_bf16"))
+        return
+    run.encoder_backward_wpe(dwpe, dout, B, T, C, seed)
+    if bucketing == "cpu" or dims.backend == "numpy":
+        table = buckets.build_bucket_table(backend.to_numpy(inp), C, dims.dtype)
+    else:
+        from .gpu_buckets import build_bucket_table_gpu
+
+        table = build_bucket_table_gpu(inp, C, dims.dtype, dims.V)
+    wte_kernel = run.encoder_backward_wte_chunked if method == "chunked" else run.encoder_backward_wte_bucketed
+    wte_kernel(dwte, table, dout, C, seed)

@@ -47,3 +47,9 @@ def c_per_group(dtype) -> int:
 def num_c_groups(C: int, dtype) -> int:
     """Channel groups needed to cover C channels (the last one may be partly empty)."""
     return -(-C // c_per_group(dtype))
+
+#: Items per chunk of the chunked wte kernel (``CHUNK_ITEMS`` in encoder_backward_wte_chunked.cu): one warp
+#: sums one chunk, and a bucket with more items is split into chunks whose partial sums are added in order.
+CHUNK_ITEMS = 32
+#: Warps per block of the chunked wte kernel: each warp handles its own unit (bucket, chunk).
+CHUNKED_WARPS_PER_BLOCK = 8

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from .buckets import BucketTable
-from .layout import WARP_SIZE, WTE_WARPS, pack_size
+from .layout import CHUNK_ITEMS, WARP_SIZE, WTE_WARPS, pack_size
 from .rounding import (
     NOISE_STREAM_DWPE,
     NOISE_STREAM_DWTE,
@@ -134,6 +134,65 @@ def encoder_backward_wte_bucketed(dwte, table: BucketTable, dout, C: int, seed: 
         dwte_flat[dwte_ix] = round_to_storage(
             fadd(accum, to_float(packed_dwte)), dwte.dtype, dwte_ix, NOISE_STREAM_DWTE, seed
         )
+
+
+def encoder_backward_wte_chunked(dwte, table: BucketTable, dout, C: int, seed: int) -> None:
+    """Mirror of ``encoder_backward_wte_chunked_kernel``: one warp per unit (bucket, chunk).
+
+    Each warp sums its chunk's items in order into a partial; a bucket of one chunk adds its partial to the
+    old value directly, a larger bucket adds its partials in chunk order first. (On the GPU the last warp to
+    finish does that; here we simply do it after all partials exist: the order of the adds is the same.)
+    """
+    size = pack_size(dout.dtype)
+    k = np.arange(size)
+    c_per_warp = WARP_SIZE * size
+    dout_flat = dout.reshape(-1)
+    dwte_flat = dwte.reshape(-1)
+    info = table.info.astype(np.int64)
+    units = table.units.astype(np.int64)
+
+    # One row per thread: (unit, lane_id), keeping only lanes that have channels.
+    unit, lane_id = np.divmod(np.arange(units.shape[0] * WARP_SIZE), WARP_SIZE)
+    bucket, chunk = units[unit, 0], units[unit, 1]
+    bucket_start, bucket_size, bucket_ix, c_group = info[bucket].T
+    c = c_group * c_per_warp + lane_id * size
+    has_channels = c < C
+    unit, bucket, chunk, c = unit[has_channels], bucket[has_channels], chunk[has_channels], c[has_channels]
+    bucket_start, bucket_size, bucket_ix = bucket_start[has_channels], bucket_size[has_channels], bucket_ix[has_channels]
+
+    num_chunks = -(-bucket_size // CHUNK_ITEMS)
+    chunk_first = chunk * CHUNK_ITEMS
+    chunk_size = np.minimum(CHUNK_ITEMS, bucket_size - chunk_first)
+
+    # Chunk partials: items in order.
+    accum = np.zeros((unit.size, size), dtype=np.float32)
+    for item in range(CHUNK_ITEMS):
+        active = np.flatnonzero(item < chunk_size)
+        bt = table.bt_list[bucket_start[active] + chunk_first[active] + item].astype(np.int64)
+        packed_dout = dout_flat[(bt * C + c[active])[:, None] + k]
+        accum[active] = fadd(accum[active], to_float(packed_dout))
+
+    # Bucket totals: single-chunk buckets use their partial; larger ones add partials in chunk order.
+    # Threads are (unit, lane) rows; a bucket's units are consecutive, so chunk j's row is row - chunk + j.
+    total = accum.copy()
+    row_of = np.full((units.shape[0], WARP_SIZE), -1, dtype=np.int64)
+    row_of[unit, (c % c_per_warp) // size] = np.arange(unit.size)
+    lane_of_row = (c % c_per_warp) // size
+    finisher = chunk == num_chunks - 1  # compute each bucket's total once, on its last unit's rows
+    rows = np.flatnonzero(finisher & (num_chunks > 1))
+    first_unit = unit[rows] - chunk[rows]
+    total[rows] = accum[row_of[first_unit, lane_of_row[rows]]]
+    for j in range(1, int(num_chunks.max(initial=1))):
+        more = rows[num_chunks[rows] > j]
+        sibling = row_of[unit[more] - chunk[more] + j, lane_of_row[more]]
+        total[more] = fadd(total[more], accum[sibling])
+
+    rows = np.flatnonzero(finisher)
+    dwte_ix = (bucket_ix[rows] * C + c[rows])[:, None] + k  # also each element's noise position
+    packed_dwte = dwte_flat[dwte_ix]
+    dwte_flat[dwte_ix] = round_to_storage(
+        fadd(total[rows], to_float(packed_dwte)), dwte.dtype, dwte_ix, NOISE_STREAM_DWTE, seed
+    )
 
 
 def encoder_backward_atomic(dwte, dwpe, dout, inp, B: int, T: int, C: int, *, bf16_atomics: bool, rng=None):

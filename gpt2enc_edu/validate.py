@@ -11,6 +11,8 @@ Decisions worth knowing (the README lists them too):
 * arrays must be C-contiguous with a 16-byte-aligned start (every thread does 128-bit loads): a strided or
   offset view is refused, ``np.ascontiguousarray`` / ``cupy.ascontiguousarray`` fixes it;
 * every flat index the kernels compute must fit in a signed 32-bit int;
+* outputs must be writable (a read-only NumPy array is refused up front, not half-way through a call)
+  and, for CuPy, every array must live on the current device (the kernels launch there);
 * checking that ids lie in ``[0, V)`` reads them: on the GPU this is one small reduction and a sync.
   ``check_ids=False`` skips it (for benchmarks); out-of-range ids then corrupt memory, as in llm.c.
 """
@@ -25,7 +27,7 @@ import numpy as np
 from .backend import backend_of, is_cupy_array
 from .layout import INT32_LIMIT, STORAGE_DTYPES, dtype_name, pack_size
 
-METHODS = ("bucketed", "atomic", "atomic_bf16")
+METHODS = ("bucketed", "chunked", "atomic", "atomic_bf16")
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,29 @@ def check_layout(name: str, array) -> None:
         raise ValueError(f"{name} must be C-contiguous (got strides {array.strides}); use ascontiguousarray")
     if array.size and data_pointer(array) % 16:
         raise ValueError(f"{name} must start at a 16-byte-aligned address for 128-bit loads; copy it first")
+
+
+def check_writable(name: str, array) -> None:
+    """An output can be written: a read-only NumPy array (``flags.writeable`` False) is refused.
+
+    Checked up front so that a backward call never updates ``dwpe`` and then fails on ``dwte``. CuPy
+    arrays have no read-only flag and always pass.
+    """
+    if not getattr(array.flags, "writeable", True):
+        raise ValueError(f"{name} is read-only, but the call writes into it; pass a writable array")
+
+
+def check_device(arrays: dict) -> None:
+    """Every CuPy array lives on the current device, where the kernels are compiled and launched."""
+    import cupy
+
+    current = cupy.cuda.Device().id
+    for name, array in arrays.items():
+        if array is not None and int(array.device.id) != current:
+            raise ValueError(
+                f"{name} lives on GPU {int(array.device.id)} but the current device is GPU {current}; "
+                f"call inside `with cupy.cuda.Device({int(array.device.id)}):` or move it with cupy.asarray"
+            )
 
 
 def check_index_range(name: str, count: int, what: str) -> None:
@@ -147,6 +172,8 @@ def forward_args(inp, wte, wpe, out, check_ids: bool) -> Dims:
     if out is not None:
         arrays["out"] = out
     backend = backend_of(**arrays)
+    if backend == "cuda":
+        check_device(arrays)
     B, T = check_ids_array(inp)
     V, C = _check_table("wte", wte, None, None)
     dtype = np.dtype(wte.dtype)
@@ -162,6 +189,7 @@ def forward_args(inp, wte, wpe, out, check_ids: bool) -> Dims:
         if out.shape != (B, T, C):
             raise ValueError(f"out must have shape {(B, T, C)}, got {out.shape}")
         check_layout("out", out)
+        check_writable("out", out)
         check_disjoint({"out": out}, {"inp": inp, "wte": wte, "wpe": wpe})
     if check_ids:
         check_ids_in_range(inp, V)
@@ -171,8 +199,12 @@ def forward_args(inp, wte, wpe, out, check_ids: bool) -> Dims:
 def backward_args(dwte, dwpe, dout, inp, seed, method: str, check_ids: bool) -> tuple[Dims, int]:
     """Validate ``encoder_backward``'s arguments; returns the call's sizes and the seed as an int."""
     backend = backend_of(dwte=dwte, dwpe=dwpe, dout=dout, inp=inp)
+    if backend == "cuda":
+        check_device({"dwte": dwte, "dwpe": dwpe, "dout": dout, "inp": inp})
     seed = check_seed(seed)
-    if not isinstance(method, str) or method not in METHODS:
+    if not isinstance(method, str):
+        raise TypeError(f"method must be a string, one of {', '.join(map(repr, METHODS))}, not {type(method).__name__}")
+    if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}, not {method!r}")
     B, T = check_ids_array(inp)
     dtype = check_storage_dtype("dout", dout)
@@ -186,6 +218,8 @@ def backward_args(dwte, dwpe, dout, inp, seed, method: str, check_ids: bool) -> 
     check_layout("dout", dout)
     V, _ = _check_table("dwte", dwte, C, dtype)
     maxT, _ = _check_table("dwpe", dwpe, C, dtype)
+    check_writable("dwte", dwte)
+    check_writable("dwpe", dwpe)
     _check_C(C, dtype, "dout")
     if T > maxT:
         raise ValueError(f"inp has T = {T} positions but dwpe has only {maxT} rows")
@@ -199,17 +233,25 @@ def backward_args(dwte, dwpe, dout, inp, seed, method: str, check_ids: bool) -> 
     return Dims(B, T, C, V, maxT, dtype, backend), seed
 
 
+def check_positive_int(name: str, value) -> int:
+    """``value`` is an integer >= 1."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, not {type(value).__name__}")
+    if int(value) < 1:
+        raise ValueError(f"{name} must be positive, got {value}")
+    return int(value)
+
+
 def bucket_args(inp, C, dtype) -> tuple[int, int, np.dtype]:
     """Validate ``make_buckets``'s arguments; returns (B, T, dtype)."""
     backend_of(inp=inp)
     B, T = check_ids_array(inp)
-    dtype = np.dtype(dtype)
-    dtype_name(dtype)
-    if isinstance(C, (bool, np.bool_)) or not isinstance(C, numbers.Integral):
-        raise TypeError(f"C must be an integer, not {type(C).__name__}")
-    C = int(C)
-    if C <= 0:
-        raise ValueError(f"C must be positive, got {C}")
+    try:
+        dtype = np.dtype(dtype)
+        dtype_name(dtype)
+    except TypeError:
+        raise TypeError(f"dtype must be ml_dtypes.bfloat16 or numpy.float32, not {dtype!r}") from None
+    C = check_positive_int("C", C)
     _check_C(C, dtype, "C")
     check_index_range("inp", B * T * C, "B*T*C")
     if int(inp.min()) < 0:

@@ -9,6 +9,8 @@
 // gradient accumulation over several calls keeps working). No atomics, no order that depends on timing.
 #include "common.cuh"
 
+#define WPE_UNROLL 8
+
 extern "C" __global__ void encoder_backward_wpe_kernel(floatX* dwpe, const floatX* dout,
                                                        int B, int T, int C, unsigned int seed) {
     int idx = (blockIdx.x * blockDim.x + threadIdx.x) * x128::size;
@@ -20,12 +22,24 @@ extern "C" __global__ void encoder_backward_wpe_kernel(floatX* dwpe, const float
     float accum[x128::size];
     for (int k = 0; k < x128::size; k++) { accum[k] = 0.0f; }
 
-    for (int b = 0; b < B; b++) {
-        // Consecutive threads read consecutive packs of one (b, t) row: coalesced, and never read again.
-        x128 packed_dout = load128cs(dout + b * T * C + t * C + c);
-        for (int k = 0; k < x128::size; k++) {
-            accum[k] += (float)packed_dout[k];
+    // Batches in order 0, 1, ..., B-1. WPE_UNROLL loads are issued before they are added (in the same order),
+    // so several 128-bit loads are in flight per thread instead of one.
+    int b = 0;
+    for (; b + WPE_UNROLL <= B; b += WPE_UNROLL) {
+        x128 packed_dout[WPE_UNROLL];
+#pragma unroll
+        for (int u = 0; u < WPE_UNROLL; u++) {
+            // Consecutive threads read consecutive packs of one (b, t) row: coalesced, and never read again.
+            packed_dout[u] = load128cs(dout + (b + u) * T * C + t * C + c);
         }
+#pragma unroll
+        for (int u = 0; u < WPE_UNROLL; u++) {
+            for (int k = 0; k < x128::size; k++) { accum[k] += (float)packed_dout[u][k]; }
+        }
+    }
+    for (; b < B; b++) {
+        x128 packed_dout = load128cs(dout + b * T * C + t * C + c);
+        for (int k = 0; k < x128::size; k++) { accum[k] += (float)packed_dout[k]; }
     }
 
     floatX* dwpe_tc = dwpe + t * C + c;

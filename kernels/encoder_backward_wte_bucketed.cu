@@ -8,8 +8,10 @@
 //   ascending bt order. The channel groups of one token share the same item range.
 //   Buckets come largest first, so the long ones start early instead of running alone at the end.
 //
-// Launch: one block of BLOCK_SIZE = 256 threads (8 warps) per bucket:
-//   grid = num_buckets, kernel(dwte, bucket_info, bt_list, dout, C, seed)
+// Launch: one block of WTE_BLOCK_SIZE = 256 threads (8 warps) per bucket:
+//   grid = max_buckets, kernel(dwte, bucket_info, bt_list, dout, num_buckets, C, seed)
+// *num_buckets (device memory) is the table's size; max_buckets >= it is what the host knows without a sync
+// when the table was built on the GPU. Blocks past *num_buckets exit at once.
 //
 // Inside a block: lane `lane_id` of every warp owns channels c .. c + x128::size - 1 of the bucket's group;
 // warp w sums items w, w + 8, w + 16, ... in that order; then warp 0 adds warps 1, 2, ... 7 in that order
@@ -22,10 +24,11 @@
 
 extern "C" __global__ void __launch_bounds__(WTE_BLOCK_SIZE)
 encoder_backward_wte_bucketed_kernel(floatX* dwte, const int4* bucket_info, const int* bt_list,
-                                     const floatX* dout, int C, unsigned int seed) {
+                                     const floatX* dout, const int* num_buckets, int C, unsigned int seed) {
     __shared__ float accum_shared[x128::size * WTE_BLOCK_SIZE];
 
     int bucket = blockIdx.x;
+    if (bucket >= *num_buckets) { return; }  // uniform across the block: no thread reaches the barrier
     int warp_id = threadIdx.x / WARP_SIZE;
     int lane_id = threadIdx.x % WARP_SIZE;
     int c_per_warp = WARP_SIZE * x128::size;

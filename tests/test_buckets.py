@@ -8,10 +8,10 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import gpt2enc_edu as enc
-from gpt2enc_edu.layout import c_per_group
+from gpt2enc_edu.layout import CHUNK_ITEMS, c_per_group
 from gpt2enc_edu.rounding import bfloat16
 
-id_arrays = st.tuples(st.integers(1, 6), st.integers(1, 40), st.integers(1, 60)).flatmap(
+id_arrays = st.tuples(st.integers(1, 6), st.integers(1, 80), st.integers(1, 60)).flatmap(
     lambda btv: arrays(np.int32, (btv[0], btv[1]), elements=st.integers(0, btv[2] - 1))
 )
 dtypes = st.sampled_from([bfloat16, np.float32])
@@ -36,6 +36,13 @@ def test_bucket_table_invariants(inp, dtype, packs):
     # Order: size descending, then token id, then channel group (lexicographic on (-size, ix, group)).
     key = np.stack([-size, ix, group], axis=1)
     assert all(tuple(key[i]) < tuple(key[i + 1]) for i in range(len(key) - 1))
+
+    # Units: every bucket cut into CHUNK_ITEMS-item chunks, bucket by bucket, chunks ascending.
+    chunks = -(-size // CHUNK_ITEMS)
+    expected_units = [(b, j) for b in range(table.num_buckets) for j in range(chunks[b])]
+    assert [tuple(u) for u in table.units.tolist()] == expected_units
+    multi = chunks[table.units[:, 0]] > 1  # units of multi-chunk buckets form a prefix
+    assert not (np.diff(multi.astype(int)) > 0).any()
 
     for b in range(table.num_buckets):
         items = table.bt_list[start[b] : start[b] + size[b]]

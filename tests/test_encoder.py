@@ -19,7 +19,7 @@ SHAPES = [  # (B, T, C, V, maxT)
 
 
 def _methods(dtype):
-    return ["bucketed", "atomic"] + (["atomic_bf16"] if np.dtype(dtype) == np.dtype(bfloat16) else [])
+    return ["bucketed", "chunked", "atomic"] + (["atomic_bf16"] if np.dtype(dtype) == np.dtype(bfloat16) else [])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -56,13 +56,14 @@ def test_backward_matches_reference(xp, rng, dtype, ids, shape):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_bucketed_backward_is_deterministic(xp, rng, dtype):
-    p = random_problem(4, 32, 256, 20, 32, dtype=dtype, ids="zipf", rng=rng)
+@pytest.mark.parametrize("method", ["bucketed", "chunked"])
+def test_deterministic_backward_is_deterministic(xp, rng, dtype, method):
+    p = random_problem(4, 64, 256, 20, 64, dtype=dtype, ids="zipf", rng=rng)  # buckets of many chunks
     seed = int(rng.integers(2**32))
     results = []
     for _ in range(2):
         on = p.on(xp)
-        enc.encoder_backward(on.dwte, on.dwpe, on.dout, on.inp, seed=seed)
+        enc.encoder_backward(on.dwte, on.dwpe, on.dout, on.inp, seed=seed, method=method)
         results.append((on.dwte, on.dwpe))
     assert compare.bitwise_equal(results[0][0], results[1][0])
     assert compare.bitwise_equal(results[0][1], results[1][1])

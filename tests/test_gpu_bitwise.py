@@ -93,3 +93,51 @@ def test_cupy_bf16_cast_is_round_to_nearest(rng):
 
     x = rng.standard_normal(1 << 20, dtype=np.float32) * np.float32(1000)
     assert compare.bitwise_equal(cupy.asarray(x).astype(bfloat16), x.astype(bfloat16))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", CASES)
+def test_chunked_backward_bitwise_and_routes_agree(rng, dtype, case):
+    """The chunked kernel equals its mirror, with the table built on the CPU or on the GPU."""
+    import cupy
+
+    B, T, C, V, maxT, ids = case
+    p = random_problem(B, T, C, V, maxT, dtype=dtype, ids=ids, rng=rng)
+    seed = int(rng.integers(2**32))
+    cpu = p.on(np)
+    enc.encoder_backward(cpu.dwte, cpu.dwpe, cpu.dout, cpu.inp, seed=seed, method="chunked")
+    for bucketing in ("cpu", "gpu"):
+        gpu = p.on(cupy)
+        enc.encoder_backward(gpu.dwte, gpu.dwpe, gpu.dout, gpu.inp, seed=seed, method="chunked", bucketing=bucketing)
+        assert compare.bitwise_equal(gpu.dwpe, cpu.dwpe), bucketing
+        assert compare.bitwise_equal(gpu.dwte, cpu.dwte), (
+            f"{bucketing}: {compare.count_bit_differences(gpu.dwte, cpu.dwte)} dwte elements differ")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_bucketed_backward_with_gpu_table(rng, dtype):
+    import cupy
+
+    p = random_problem(4, 256, 768, 50257, 256, dtype=dtype, ids="zipf", rng=rng)
+    cpu = p.on(np)
+    enc.encoder_backward(cpu.dwte, cpu.dwpe, cpu.dout, cpu.inp, seed=9)
+    gpu = p.on(cupy)
+    enc.encoder_backward(gpu.dwte, gpu.dwpe, gpu.dout, gpu.inp, seed=9, bucketing="gpu")
+    assert compare.bitwise_equal(gpu.dwte, cpu.dwte)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", CASES + [pytest.param((64, 1024, 768, 50257, 1024, "zipf"), id="B64-zipf"),
+                                          pytest.param((64, 1024, 768, 50257, 1024, "uniform"), id="B64-uniform")])
+def test_gpu_bucket_table_equals_cpu_table(rng, dtype, case):
+    import cupy
+
+    B, T, C, V, _, ids = case
+    from gpt2enc_edu.tokens import make_ids
+
+    inp = make_ids(ids, B, T, V=V, seed=rng)
+    host = enc.make_buckets(inp, C, dtype)
+    device = enc.make_buckets(cupy.asarray(inp), C, dtype, V=V).to_host()
+    assert np.array_equal(device.info, host.info)
+    assert np.array_equal(device.bt_list, host.bt_list)
+    assert np.array_equal(device.units, host.units)

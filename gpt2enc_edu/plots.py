@@ -1,0 +1,217 @@
+"""Plotting helpers for the notebooks: each draws one picture and returns its Axes (or Figure).
+
+matplotlib is imported inside the functions, so ``import gpt2enc_edu`` never needs it. Every function
+takes an optional ``ax`` to draw into; without one it makes a small figure (``FIGSIZE``-ish, ``DPI``) so
+notebooks stay light. The data drawn comes from the package (``compare``, ``schedule``, ``rounding``):
+these functions only draw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from .layout import pack_size
+
+#: Resolution of the figures made here: enough for a notebook, small in the stored .ipynb.
+DPI = 80
+
+
+def _axes(ax, figsize):
+    """``ax`` itself, or the Axes of a new figure of ``figsize`` inches."""
+    if ax is not None:
+        return ax
+    import matplotlib.pyplot as plt
+
+    _, ax = plt.subplots(figsize=figsize, dpi=DPI, layout="constrained")
+    return ax
+
+
+def thread_of_element(B: int, T: int, C: int, dtype) -> np.ndarray:
+    """``(B*T, C)`` array: which thread of the elementwise kernels owns each element of a (B, T, C) tensor.
+
+    Thread ``i`` owns the 128-bit pack that starts at flat element ``i * pack_size(dtype)``; rows are the
+    ``(b, t)`` pairs in order ``b*T + t``.
+    """
+    return (np.arange(B * T * C, dtype=np.int64) // pack_size(dtype)).reshape(B * T, C)
+
+
+def thread_map(B: int, T: int, C: int, dtype, *, ax=None):
+    """Colour each element of a (B, T, C) tensor by the thread that owns it, and label each thread once."""
+    import matplotlib.pyplot as plt
+
+    threads = thread_of_element(B, T, C, dtype)
+    size = pack_size(dtype)
+    ax = _axes(ax, (max(4.0, 0.42 * C), 0.5 * B * T + 1.0))
+    cmap = plt.get_cmap("tab20", 20)
+    ax.imshow(threads % 20, cmap=cmap, vmin=0, vmax=19, aspect="auto", interpolation="nearest")
+    for row in range(B * T):
+        for c in range(0, C, size):
+            ax.text(c + (size - 1) / 2, row, f"thread {threads[row, c]}", ha="center", va="center", fontsize=8)
+    ax.set_yticks(range(B * T), [f"b={bt // T}, t={bt % T}" for bt in range(B * T)])
+    ax.set_xticks(range(C))
+    ax.set_xlabel("channel c")
+    ax.set_xticks(np.arange(-0.5, C, size), minor=True)
+    ax.set_yticks(np.arange(-0.5, B * T, 1), minor=True)
+    ax.grid(which="minor", color="white", linewidth=2)
+    ax.tick_params(which="minor", length=0)
+    for c in range(1, C):  # faint lines between the elements of a pack
+        if c % size:
+            ax.axvline(c - 0.5, color="white", linewidth=0.5, alpha=0.6)
+    ax.set_title(f"{np.dtype(dtype).name}, B={B}, T={T}, C={C}: one thread per {size}-element pack "
+                 f"({B * T * C // size} threads)", fontsize=10)
+    return ax
+
+
+def ulp_histogram(diffs: Mapping[str, np.ndarray], *, ax=None, title: str | None = None, unit: str = "ULPs"):
+    """Histograms of integer ULP differences (``compare.ulp_difference``), one per label, log counts.
+
+    Bins are one ULP wide when the range is at most 200 ULPs, otherwise 201 equal bins.
+    """
+    if not diffs:
+        raise ValueError("diffs must hold at least one array")
+    arrays = {label: np.asarray(d).reshape(-1).astype(np.int64) for label, d in diffs.items()}
+    lo = min(int(a.min(initial=0)) for a in arrays.values())
+    hi = max(int(a.max(initial=0)) for a in arrays.values())
+    bins = np.arange(lo - 0.5, hi + 1.5) if hi - lo <= 200 else np.linspace(lo - 0.5, hi + 0.5, 202)
+    ax = _axes(ax, (6.0, 3.2))
+    for label, values in arrays.items():
+        ax.hist(values, bins=bins, histtype="step", linewidth=1.5, label=f"{label} ({values.size} values)")
+    ax.set_yscale("log")
+    ax.set_xlabel(f"difference ({unit})")
+    ax.set_ylabel("elements")
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def bucket_rank_size(sizes: Mapping[str, np.ndarray], *, ax=None, title: str | None = None):
+    """Log-log plot of bucket size against rank (1 = largest), one line per label."""
+    if not sizes:
+        raise ValueError("sizes must hold at least one array")
+    ax = _axes(ax, (5.5, 3.5))
+    for label, values in sizes.items():
+        values = np.sort(np.asarray(values).reshape(-1))[::-1]
+        ax.loglog(np.arange(1, values.size + 1), values, marker=".", markersize=3, linewidth=1,
+                  label=f"{label} ({values.size} tokens, largest {int(values[0]) if values.size else 0})")
+    ax.set_xlabel("rank of the token (1 = most frequent)")
+    ax.set_ylabel("bucket size (positions)")
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def gantt(schedule, *, ax=None, title: str | None = None, vmax: float | None = None):
+    """Gantt chart of a ``schedule.Schedule``: one row per slot, one bar per block, coloured by its cost.
+
+    A red line marks the makespan, a dashed line the lower bound no order can beat.
+    """
+    import matplotlib.pyplot as plt
+
+    ax = _axes(ax, (6.0, 0.35 * schedule.num_slots + 1.2))
+    cmap = plt.get_cmap("viridis")
+    vmax = float(schedule.costs.max(initial=1.0)) if vmax is None else vmax
+    for s in range(schedule.num_slots):
+        mine = np.flatnonzero(schedule.slot == s)
+        if mine.size == 0:
+            continue
+        bars = [(float(schedule.start[i]), float(schedule.costs[i])) for i in mine]
+        colors = [cmap(float(schedule.costs[i]) / vmax if vmax else 0.0) for i in mine]
+        ax.broken_barh(bars, (s - 0.4, 0.8), facecolors=colors, edgecolors="white", linewidth=0.5)
+    ax.axvline(schedule.makespan, color="red", linewidth=1.5, label=f"makespan {schedule.makespan:g}")
+    ax.axvline(schedule.lower_bound, color="black", linestyle="--", linewidth=1,
+               label=f"lower bound {schedule.lower_bound:g}")
+    ax.set_yticks(range(schedule.num_slots))
+    ax.set_ylim(schedule.num_slots - 0.5, -0.5)
+    ax.set_ylabel("slot (SM)")
+    ax.set_xlabel("time (units of one item)")
+    ax.legend(fontsize=8, loc="lower right")
+    if title:
+        ax.set_title(title, fontsize=10)
+    return ax
+
+
+def gantt_comparison(schedules: Mapping[str, object], *, title: str | None = None):
+    """Stacked Gantt charts of the same blocks launched in several orders, sharing the time axis."""
+    import matplotlib.pyplot as plt
+
+    if not schedules:
+        raise ValueError("schedules must hold at least one schedule")
+    first = next(iter(schedules.values()))
+    height = (0.3 * first.num_slots + 0.9) * len(schedules)
+    fig, axes = plt.subplots(len(schedules), 1, figsize=(7.0, height), dpi=DPI, sharex=True,
+                             layout="constrained", squeeze=False)
+    vmax = max(float(s.costs.max(initial=1.0)) for s in schedules.values())
+    for ax, (name, sched) in zip(axes[:, 0], schedules.items()):
+        gantt(sched, ax=ax, vmax=vmax,
+              title=f"{name} order: makespan {sched.makespan:g} ({sched.makespan / sched.lower_bound:.2f} x bound)")
+        if ax is not axes[-1, 0]:
+            ax.set_xlabel("")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def error_vs_adds(adds, errors: Mapping[str, np.ndarray], *, ax=None, title: str | None = None,
+                  unit: str = "ULPs"):
+    """Scatter of an error per row (e.g. the mean |ULP error| of a dwte row) against the number of adds
+    the row received, one colour per label, log-scaled adds."""
+    adds = np.asarray(adds, dtype=np.float64).reshape(-1)
+    ax = _axes(ax, (6.0, 3.5))
+    for label, values in errors.items():
+        values = np.asarray(values, dtype=np.float64).reshape(-1)
+        if values.shape != adds.shape:
+            raise ValueError(f"errors[{label!r}] has {values.size} values for {adds.size} rows")
+        ax.plot(adds, values, ".", markersize=3, alpha=0.6, label=label)
+    ax.set_xscale("log")
+    ax.set_xlabel("adds into the row (occurrences of the token)")
+    ax.set_ylabel(f"mean |error| ({unit})")
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def rounding_drift(curves: Mapping[str, np.ndarray], *, exact=None, ax=None, title: str | None = None):
+    """Value against step for several accumulations. A 2-D curve (runs, steps) draws each run thinly
+    and its mean boldly; ``exact`` (a 1-D array) is drawn dashed."""
+    ax = _axes(ax, (6.0, 3.5))
+    for label, values in curves.items():
+        values = np.asarray(values, dtype=np.float64)
+        if values.ndim == 1:
+            ax.plot(np.arange(values.size), values, linewidth=1.5, label=label)
+            continue
+        steps = np.arange(values.shape[1])
+        thin = ax.plot(steps, values.T, linewidth=0.5, alpha=0.35)
+        ax.plot(steps, values.mean(axis=0), linewidth=1.5, color=thin[0].get_color(),
+                label=f"{label} (mean of {values.shape[0]} runs)")
+    if exact is not None:
+        exact = np.asarray(exact, dtype=np.float64)
+        ax.plot(np.arange(exact.size), exact, "k--", linewidth=1, label="exact")
+    ax.set_xlabel("step")
+    ax.set_ylabel("accumulated value")
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def round_up_probability(fraction, observed, *, ax=None, title: str | None = None):
+    """Observed frequency of rounding up against the value's position between two bf16 neighbours,
+    with the ideal ``y = x`` line that unbiased stochastic rounding should follow."""
+    fraction = np.asarray(fraction, dtype=np.float64)
+    observed = np.asarray(observed, dtype=np.float64)
+    if fraction.shape != observed.shape:
+        raise ValueError(f"fraction and observed must have one shape, got {fraction.shape} and {observed.shape}")
+    ax = _axes(ax, (4.2, 3.6))
+    ax.plot([0, 1], [0, 1], "k--", linewidth=1, label="ideal: P(up) = fraction")
+    ax.plot(fraction, observed, "o", markersize=4, label="observed")
+    ax.set_xlabel("position between the two bf16 neighbours")
+    ax.set_ylabel("fraction rounded up")
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title)
+    return ax

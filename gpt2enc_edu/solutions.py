@@ -1,0 +1,57 @@
+"""Worked solutions to the exercises of notebooks 01-04 (try them first!).
+
+Each function can be handed to its check in ``gpt2enc_edu.exercises``::
+
+    from gpt2enc_edu import exercises, solutions
+    exercises.check_element_to_thread(solutions.element_to_thread)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .backend import is_cupy_array
+from .layout import pack_size
+
+
+def _xp(x):
+    """The array module ``x`` belongs to (numpy or cupy)."""
+    if is_cupy_array(x):
+        import cupy
+
+        return cupy
+    return np
+
+
+def element_to_thread(b, t, c, T: int, C: int, dtype):
+    """Exercise 1: the forward kernel's thread that writes ``out[b, t, c]`` and the element's place ``k`` in
+    that thread's pack. Thread ``i`` starts at flat element ``i * size``, so divide the flat index."""
+    size = pack_size(dtype)
+    flat = (b * T + t) * C + c
+    return flat // size, flat % size
+
+
+def rows_that_can_differ(inp, V: int):
+    """Exercise 2: the dwte rows that receive two or more adds: only there can the order of the atomic adds
+    change the rounding (``old + a`` has one order; ``(old + a) + b`` and ``(old + b) + a`` may differ)."""
+    xp = _xp(inp)
+    return xp.bincount(inp.reshape(-1), minlength=V) >= 2
+
+
+def locate(table, inp, b: int, t: int, c: int):
+    """Exercise 3: the bucket that reads ``dout[b, t, c]`` and the item of that bucket that holds it."""
+    T = inp.shape[1]
+    token, group = int(inp[b, t]), c // table.c_per_group
+    bucket = int(np.flatnonzero((table.token_ids == token) & (table.c_groups == group))[0])
+    start, size = (int(v) for v in table.info[bucket, :2])
+    item = int(np.flatnonzero(table.bt_list[start : start + size] == b * T + t)[0])
+    return bucket, item
+
+
+def away_from_zero_probability(x):
+    """Exercise 4: bf16 keeps the top 16 bits of an fp32 value; the kernel sets the 16 dropped bits to ones
+    (so round-to-nearest moves the magnitude up) when they exceed a threshold drawn uniformly from 0..65535,
+    which happens with probability ``dropped / 65536`` (0 when bf16 holds the value exactly)."""
+    xp = _xp(x)
+    dropped = xp.asarray(x, dtype=xp.float32).view(xp.uint32) & xp.uint32(0xFFFF)
+    return dropped.astype(xp.float64) / 65536.0

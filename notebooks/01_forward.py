@@ -1,0 +1,231 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 01 · The encoder forward pass
+#
+# **Goal:** know what GPT-2's encoder computes, how each CUDA thread finds the elements it owns, why it
+# moves them 128 bits at a time, and check the kernel's result against a float64 reference, on the GPU
+# if this machine has one and in the bit-exact NumPy mirror if it does not.
+#
+# 0. Setup · 1. What the encoder computes · 2. Which thread computes what · 3. Why 128-bit packs ·
+# 4. The kernel · 5. Run it and check it · 6. Exercise 1
+
+# %% [markdown]
+# ## 0. Setup
+# The next cell only makes `import gpt2enc_edu` work. Where the package is installed it does nothing.
+# In a checkout it puts the checkout on `sys.path`. On a hosted service (Colab, Kaggle) with the
+# repository cloned or uploaded, it also installs whatever is missing (`ml_dtypes`, `matplotlib`, and
+# CuPy when there is a GPU).
+
+# %%
+import importlib.util, os, shutil, subprocess, sys
+from pathlib import Path
+
+try:
+    import gpt2enc_edu as enc
+except ImportError:
+    here = Path.cwd()
+    roots = [d for d in (here.parent, here, *sorted(here.glob("*/"))) if (d / "gpt2enc_edu" / "__init__.py").is_file()]
+    if not roots:
+        raise
+    sys.path.insert(0, str(roots[0]))
+    if "google.colab" in sys.modules or any(k.startswith(("COLAB_", "KAGGLE_")) for k in os.environ):
+        wanted = {"ml_dtypes": "ml_dtypes", "matplotlib": "matplotlib"}
+        if shutil.which("nvidia-smi"):
+            wanted["cupy"] = "cupy-cuda12x"
+        missing = [pip_name for module, pip_name in wanted.items() if importlib.util.find_spec(module) is None]
+        if missing:
+            subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", *missing])
+    import gpt2enc_edu as enc
+
+# %% [markdown]
+# Which backend runs the kernels, and why: `array_module()` returns CuPy when a CUDA GPU is usable (then
+# the CUDA kernels in `kernels/` run) and NumPy otherwise (then the NumPy mirror runs: the same index math
+# and the same float32 operations, in the same order). `GPT2ENC_BACKEND=numpy` forces the mirror.
+
+# %%
+import inspect
+
+import numpy as np
+from IPython.display import Markdown, display
+
+from gpt2enc_edu import compare, exercises, layout, mirror, plots, reference
+from gpt2enc_edu.cuda import kernel_source
+from gpt2enc_edu.problems import random_problem
+
+xp = enc.array_module()
+print("arrays:", xp.__name__, "->", "the CUDA kernels" if xp is not np else "the NumPy mirror")
+print("gpu_status():", enc.gpu_status())
+
+# %% [markdown]
+# ## 1. What the encoder computes
+#
+# The first layer of GPT-2 turns token ids into vectors. For every sequence `b` of the batch and every
+# position `t`:
+#
+# $$\text{out}[b, t, :] = \text{wte}[\,\text{inp}[b, t], :\,] + \text{wpe}[t, :]$$
+#
+# `wte` (V × C) holds one row per token of the vocabulary, `wpe` (maxT × C) one row per position. For
+# GPT-2 small V = 50257, maxT = 1024, C = 768. There is one addition per output element and nothing else:
+# the kernel's whole job is moving bytes well.
+#
+# A tiny example you can check by eye: `wte[v, c] = 100·v + 10·c` and `wpe[t, c] = t`, so in the output
+# the hundreds are the token, the tens the channel and the units the position.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+V, maxT, C = 5, 3, 4
+inp = np.array([[3, 0, 3], [1, 4, 2]], dtype=np.int32)  # B = 2 sequences of T = 3 tokens
+wte = (100 * np.arange(V)[:, None] + 10 * np.arange(C)).astype(np.float32)
+wpe = np.repeat(np.arange(maxT, dtype=np.float32)[:, None], C, axis=1)
+out = enc.encoder_forward(xp.asarray(inp), xp.asarray(wte), xp.asarray(wpe))
+print(enc.backend.to_numpy(out))
+
+# %% [markdown]
+# ## 2. Which thread computes what
+#
+# The kernel starts one thread per **128-bit pack** of the output: 8 bf16 values or 4 fp32 values.
+# Thread number `i` (that is `blockIdx.x * blockDim.x + threadIdx.x`) owns the pack that starts at flat
+# element `idx = i * x128::size` of the (B, T, C) output, and recovers its coordinates with three divisions:
+#
+# ```c
+# int bt = idx / C;   // which (b, t) row
+# int b = bt / T;
+# int t = bt % T;
+# int c = idx % C;    // first channel of the pack
+# ```
+#
+# The picture colours each element of a small B = 2, T = 3, C = 16 output by the thread that owns it.
+# Because C is a multiple of the pack width, a pack never straddles two rows: every thread needs exactly
+# one token id.
+
+# %%
+ax = plots.thread_map(2, 3, 16, enc.bfloat16)
+ax = plots.thread_map(2, 3, 16, np.float32)
+
+# %% [markdown]
+# The same arithmetic for one thread, by hand:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+B, T, C = 2, 3, 16
+size = layout.pack_size(enc.bfloat16)
+for thread in (0, 5, 11):
+    idx = thread * size
+    bt = idx // C
+    print(f"thread {thread:2d}: idx = {idx:2d}, bt = {bt}, b = {bt // T}, t = {bt % T}, c = {idx % C}")
+
+# %% [markdown]
+# ## 3. Why 128-bit packs
+#
+# The encoder does one addition per 6 bytes it moves (bf16: read 2 from `wte`, 2 from `wpe`, write 2), so
+# it is limited by memory, never by arithmetic. The memory system serves whole 32-byte sectors and
+# 128-byte cache lines. When the 32 threads of a warp each load 16 consecutive bytes, one instruction
+# covers 512 contiguous bytes: four full cache lines. With 2-byte loads the same bytes would need eight
+# instructions, eight times the index math, and eight times as many requests in flight.
+#
+# The price is two rules, which the package checks before launching anything: C must be a multiple of the
+# pack width, and arrays must start on a 16-byte boundary.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+B, T, C = 8, 1024, 768  # one GPT-2 small micro-batch
+for dtype in (enc.bfloat16, np.float32):
+    size = layout.pack_size(dtype)
+    threads = B * T * C // size
+    blocks = -(-threads // layout.BLOCK_SIZE)
+    megabytes = 3 * B * T * C * np.dtype(dtype).itemsize / 1e6
+    print(f"{layout.dtype_name(dtype)}: {size} per pack, {threads:,} threads in {blocks:,} blocks of "
+          f"{layout.BLOCK_SIZE}, at most {megabytes:.1f} MB moved for {B * T * C:,} additions")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+bad_wte = xp.asarray(np.ones((5, 12), dtype=enc.bfloat16))  # C = 12 is not a multiple of 8
+bad_wpe = xp.asarray(np.ones((3, 12), dtype=enc.bfloat16))
+try:
+    enc.encoder_forward(xp.asarray(np.zeros((1, 2), dtype=np.int32)), bad_wte, bad_wpe)
+except ValueError as err:
+    print("refused:", err)
+
+# %% [markdown]
+# ## 4. The kernel
+#
+# Here is `kernels/encoder_forward.cu`, read from the file the package compiles. Things to notice: the
+# thread map of section 2; `load128cs` (a *streaming* load) for the `wte` row, which is gathered at random
+# and read once, but a plain `load128` for the `wpe` row, which every sequence `b` reads again; the sum in
+# fp32, rounded to nearest into the storage type.
+
+# %%
+display(Markdown(f"```cuda\n{kernel_source('encoder_forward.cu')}\n```"))
+
+# %% [markdown]
+# The NumPy mirror does the same with one array row per thread (`np.arange` plays `threadIdx`) and one
+# column per element of the pack:
+
+# %%
+display(Markdown(f"```python\n{inspect.getsource(mirror.encoder_forward)}\n```"))
+
+# %% [markdown]
+# ## 5. Run it and check it
+#
+# A GPT-2-sized problem with random embeddings (seeded, so both backends see the same numbers). The
+# result is compared with `reference.forward`, which computes in float64: the difference may not exceed
+# `compare.error_bound`, one rounding of the fp32 sum to the storage type.
+
+# %%
+B, T, C, V = 8, 1024, 768, 50257
+problems = {name: random_problem(B, T, C, V, dtype=dtype, ids="real", rng=np.random.default_rng(1))
+            for name, dtype in (("bf16", enc.bfloat16), ("fp32", np.float32))}
+outputs = {}
+for name, p in problems.items():
+    on = p.on(xp)
+    outputs[name] = enc.encoder_forward(on.inp, on.wte, on.wpe)
+print(enc.last_backend())
+
+# %% [markdown]
+# The checks. `checksum` fingerprints the bits of each result; it is the same on the GPU and in the CPU
+# mirror (this cell's stored output comes from a GPU run, and the test suite re-runs it on a CPU).
+# `bitwise_equal` compares with the mirror directly (on a machine without a GPU that compares the mirror
+# with itself).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for name, p in problems.items():
+    ref = reference.forward(p.inp, p.wte, p.wpe)
+    magnitude = reference.forward(p.inp, np.abs(p.wte.astype(np.float64)), np.abs(p.wpe.astype(np.float64)))
+    bound = compare.error_bound(p.dtype, magnitude, terms=1)
+    print(f"{name}: checksum {compare.checksum(outputs[name])}, "
+          f"within the bound of the float64 reference: {compare.within_bound(outputs[name], ref, bound)}, "
+          f"bitwise equal to the NumPy mirror: {compare.bitwise_equal(outputs[name], enc.encoder_forward(p.inp, p.wte, p.wpe))}")
+
+# %% [markdown]
+# ## 6. Exercise 1: which thread writes `out[b, t, c]`?
+#
+# Section 2 went from a thread to its elements. Go the other way: write `element_to_thread(b, t, c, T, C,
+# dtype)` that returns, for arrays `b`, `t`, `c` (NumPy or CuPy), the number of the thread that writes
+# `out[b, t, c]` and the place `k` (0 ≤ k < pack width) of that element in the thread's pack.
+#
+# *Hint:* compute the element's flat index in the (B, T, C) output first. `layout.pack_size(dtype)` gives
+# the pack width. Is B needed? The check cell below prints "not done yet" until the stub is filled in;
+# `gpt2enc_edu/solutions.py` has a worked solution.
+
+# %%
+def element_to_thread(b, t, c, T, C, dtype):
+    """Exercise 1: return (thread, k) for every element (b, t, c)."""
+    raise NotImplementedError("Exercise 1: compute the thread and the place in its pack of out[b, t, c]")
+
+
+# %%
+done = exercises.check_element_to_thread(element_to_thread, xp=xp)
