@@ -8,6 +8,7 @@ and ``last_backend()`` reports what the previous public call actually ran on.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -47,12 +48,20 @@ def gpu_status() -> Backend:
     if not cupy.cuda.is_available():
         return Backend("numpy", "CuPy is installed but no CUDA GPU is visible")
     try:
-        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
-        name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-        arch = f"sm_{props['major']}{props['minor']}"
+        name, arch = _describe_device(cupy.cuda.Device().id)
     except Exception as exc:
         return Backend("numpy", f"a CUDA GPU is visible but could not be queried ({exc})")
     return Backend("cuda", f"CuPy sees a CUDA GPU ({arch})", device=name)
+
+
+@functools.lru_cache(maxsize=None)
+def _describe_device(device_id: int) -> tuple[str, str]:
+    """(name, 'sm_XY') of a device; cached, because querying the properties takes about a millisecond."""
+    import cupy
+
+    props = cupy.cuda.runtime.getDeviceProperties(device_id)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    return name, f"sm_{props['major']}{props['minor']}"
 
 
 def array_module():
@@ -103,8 +112,10 @@ def record(name: str) -> Backend:
     """Remember the backend a public call is about to run on (see ``last_backend``)."""
     global _last
     if name == "cuda":
-        status = gpu_status()
-        _last = Backend("cuda", "the arguments are CuPy arrays, so the CUDA kernels ran", status.device)
+        import cupy
+
+        device, arch = _describe_device(cupy.cuda.Device().id)
+        _last = Backend("cuda", f"the arguments are CuPy arrays, so the CUDA kernels ran ({arch})", device)
     else:
         _last = Backend("numpy", "the arguments are NumPy arrays, so the NumPy mirror ran")
     return _last

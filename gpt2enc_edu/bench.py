@@ -9,7 +9,8 @@ What is timed, at T=1024, C=768, V=50257, bf16, for every batch size B and token
 
 * ours: the forward; the atomic backward (fp32 accumulation, and bf16 atomics); the deterministic backward
   with the bucket table built on the CPU (llm.c's route: ids to the host, NumPy, table back to the GPU,
-  a host sync included) and built on the GPU -- each end to end through the public API;
+  a host sync included) and built on the GPU, and the chunked deterministic backward (GPU bucketing) --
+  each end to end through the public API; the GPU bucket table alone;
 * PyTorch, when ``import torch`` works and it sees the GPU: ``F.embedding`` + the position add, and the
   embedding backward (``embedding_dense_backward`` + the dwpe sum) with deterministic algorithms off and on;
 * on the host: building the bucket table alone (``make_buckets``, NumPy), with ``time.perf_counter``.
@@ -264,6 +265,20 @@ def case_bucketed_gpu(w: Workload) -> Timed:
     return _backward(w, method="bucketed", bucketing="gpu")
 
 
+def case_chunked_gpu(w: Workload) -> Timed:
+    """Deterministic backward with the chunked wte kernel (one warp per 32-item chunk), GPU bucketing."""
+    return _backward(w, method="chunked", bucketing="gpu")
+
+
+def case_gpu_buckets(w: Workload) -> Timed:
+    """The GPU bucket table alone (one kernel). ``make_buckets`` checks the ids (a sync) once here; the
+    timed calls launch the kernel behind it directly, as ``encoder_backward(bucketing="gpu")`` does."""
+    from .gpu_buckets import build_bucket_table_gpu
+
+    make_buckets(w.inp, w.C, bfloat16, V=w.V)
+    return Timed(lambda: build_bucket_table_gpu(w.inp, w.C, bfloat16, w.V), w.stream)
+
+
 def case_torch_forward(w: Workload) -> Timed:
     """PyTorch: ``F.embedding(ids, wte) + wpe[:T]``, written into a preallocated tensor."""
     t = w.need_torch()
@@ -311,11 +326,13 @@ CASES = (
     Case("bucketed_cpu", "backward, deterministic, CPU bucketing", "ours", "backward", case_bucketed_cpu,
          host_sync=True),
     Case("bucketed_gpu", "backward, deterministic, GPU bucketing", "ours", "backward", case_bucketed_gpu),
+    Case("chunked_gpu", "backward, deterministic chunked, GPU bucketing", "ours", "backward", case_chunked_gpu),
     Case("torch_forward", "PyTorch F.embedding + wpe", "torch", "forward", case_torch_forward),
     Case("torch_backward", "PyTorch embedding backward + dwpe sum", "torch", "backward", case_torch_backward),
     Case("torch_backward_det", "PyTorch embedding backward + dwpe sum, deterministic", "torch", "backward",
          case_torch_backward_det),
     Case("make_buckets", "make_buckets alone (NumPy, host)", "host", None, None),
+    Case("gpu_buckets", "GPU bucket table alone (one kernel)", "ours", None, case_gpu_buckets),
 )
 CASE_NAMES = tuple(c.name for c in CASES)
 CASES_BY_NAME = {c.name: c for c in CASES}
@@ -342,8 +359,8 @@ class GpuTimer:
 
     Each repeat, on ``stream``: write ``flush_bytes`` (evicts L2) -> spin ``spin_us`` -> event -> call ->
     event. During warm-up, if the spin ran out before the call was enqueued, the spin doubles (up to
-    ``max_spin_us``), unless the case synchronizes with the host by design (``host_sync``: no spin at all,
-    its time is end to end from the start of the call).
+    ``max_spin_us``), unless the case synchronizes with the host by design (``host_sync``: no spin; the
+    stream is drained before the first event, so the time is end to end from the start of the call).
     """
 
     def __init__(self, cp, *, flush_bytes: int, spin_us: float = 500.0, max_spin_us: float = 8000.0):
@@ -361,6 +378,8 @@ class GpuTimer:
             self._flush.fill(index % 255 + 1)
             if spin_ns:
                 self._spin((1,), (1,), (np.uint64(spin_ns),))
+            else:  # end to end: the GPU is idle when the call starts, so its host work is inside the events
+                stream.synchronize()
             self._start.record(stream)
             fn()
             self._end.record(stream)

@@ -13,7 +13,7 @@ from .bench import CASES, ID_KINDS, OPS
 #: Line style per family: ours solid, PyTorch dashed, the host-only bucketing dotted.
 _FAMILY_STYLE = {"ours": "-", "torch": "--", "host": ":"}
 _COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink",
-           "tab:olive", "tab:gray")
+           "tab:olive", "tab:gray", "tab:cyan", "darkgoldenrod", "navy", "crimson")
 CASE_COLORS = {case.name: _COLORS[i % len(_COLORS)] for i, case in enumerate(CASES)}
 
 TIME_PNG = "time_vs_B.png"
@@ -39,6 +39,17 @@ def _kinds(rows) -> list[str]:
 def _series(rows, case: str, kind: str, key: str):
     points = sorted((r["B"], r[key]) for r in rows if r["case"] == case and r["ids"] == kind and r[key] is not None)
     return [p[0] for p in points], [p[1] for p in points]
+
+
+def _batch_axis(ax, rows) -> None:
+    """Log2 batch-size axis, ticked at the batch sizes measured."""
+    from matplotlib.ticker import NullLocator
+
+    sizes = sorted({r["B"] for r in rows})
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes, [str(b) for b in sizes])
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlabel("batch size B (T=1024)")
 
 
 def _title(meta) -> str:
@@ -72,9 +83,8 @@ def plot_times(rows, *, fig=None, meta=None, floors: bool = True):
                 if points:
                     ax.plot([p[0] for p in points], [p[1] for p in points], style, color="black", lw=1.5,
                             label=f"floor, {op}")
-        ax.set_xscale("log", base=2)
+        _batch_axis(ax, rows)
         ax.set_yscale("log")
-        ax.set_xlabel("batch size B (T=1024)")
         ax.set_title(f"{kind} ids")
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("time per call (us), median")
@@ -101,9 +111,8 @@ def plot_percent_of_floor(rows, *, fig=None, meta=None):
                 ax.plot(bs, pct, _FAMILY_STYLE[case.family], marker="o", ms=3, color=CASE_COLORS[case.name],
                         label=case.label)
         ax.axhline(100, color="black", lw=1)
-        ax.set_xscale("log", base=2)
+        _batch_axis(ax, rows)
         ax.set_yscale("log")
-        ax.set_xlabel("batch size B (T=1024)")
         ax.set_title(f"{kind} ids")
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("% of floor (higher is better)")

@@ -15,10 +15,12 @@ The table, in a documented order that does not depend on the platform or on hash
   ascending, then channel group ascending;
 * ``bt_list[start : start + size]`` lists the positions ``bt = b*T + t`` of token ``ix`` in ascending
   order. All channel groups of one token share the same range, so ``bt_list`` has exactly B*T entries.
-* ``units[u] = (bucket, chunk)``, int32: the work list of the chunked wte kernel. Each bucket is cut into
-  chunks of ``CHUNK_ITEMS`` consecutive items (the last one shorter), listed bucket by bucket in table
-  order, chunks ascending. Buckets larger than one chunk come first (they are the largest), so their
-  units are a prefix of the list: only those need room for partial sums.
+* ``units[u] = (ix, chunk, start, size)``, int32: the work list of the chunked wte kernel. Each token's
+  positions are cut into chunks of ``CHUNK_ITEMS`` consecutive items (the last one shorter); a unit is
+  one chunk of one token, over all channel groups. Tokens come in bucket order, chunks ascending, and
+  ``start``/``size`` repeat the token's range in ``bt_list``. Tokens with more than one chunk come first
+  (they are the most frequent), so their units are a prefix of the list: only those need room for
+  partial sums.
 
 Both the NumPy route (``build_bucket_table``) and the GPU route (``gpu_buckets.build_bucket_table_gpu``)
 produce exactly this table.
@@ -35,7 +37,7 @@ from .layout import CHUNK_ITEMS, c_per_group, num_c_groups
 
 @dataclass(frozen=True)
 class BucketTable:
-    """A bucket table: ``info`` (num_buckets, 4), ``bt_list`` (B*T,) and ``units`` (num_units, 2), int32.
+    """A bucket table: ``info`` (num_buckets, 4), ``bt_list`` (B*T,) and ``units`` (num_units, 4), int32.
 
     The arrays are NumPy arrays from ``make_buckets``; tables built on the GPU hold CuPy arrays.
     """
@@ -108,12 +110,14 @@ def build_bucket_table(inp: np.ndarray, C: int, dtype) -> BucketTable:
     info[:, 1] = np.repeat(counts, groups)
     info[:, 2] = np.repeat(token_ids, groups)
     info[:, 3] = np.tile(np.arange(groups), token_ids.size)
-    # 5. Cut every bucket into chunks of CHUNK_ITEMS items: one unit of work per (bucket, chunk).
-    chunks = -(-info[:, 1] // CHUNK_ITEMS)
-    bucket_of_unit = np.repeat(np.arange(info.shape[0], dtype=np.int32), chunks)
+    # 5. Cut every token's positions into chunks of CHUNK_ITEMS items: one unit of work per (token, chunk).
+    chunks = -(-counts // CHUNK_ITEMS)
     first_unit = np.zeros_like(chunks)
     np.cumsum(chunks[:-1], out=first_unit[1:])
-    chunk_of_unit = np.arange(bucket_of_unit.size, dtype=np.int32) - np.repeat(first_unit, chunks)
-    units = np.stack([bucket_of_unit, chunk_of_unit], axis=1).astype(np.int32)
+    units = np.empty((int(chunks.sum()), 4), dtype=np.int32)
+    units[:, 0] = np.repeat(token_ids, chunks)
+    units[:, 1] = np.arange(units.shape[0]) - np.repeat(first_unit, chunks)
+    units[:, 2] = np.repeat(new_start, chunks)
+    units[:, 3] = np.repeat(counts, chunks)
     return BucketTable(info=info, bt_list=np.ascontiguousarray(bt_list, dtype=np.int32), units=units, C=C,
                        dtype=np.dtype(dtype))

@@ -24,8 +24,17 @@ def eps(dtype) -> float:
     return EPS[np.dtype(dtype)]
 
 
+_UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
 def _bits(x: np.ndarray) -> np.ndarray:
-    return x.view(np.uint16 if x.dtype.itemsize == 2 else np.uint32)
+    return x.view(_UNSIGNED[x.dtype.itemsize])
+
+
+def _isnan(x: np.ndarray) -> np.ndarray:
+    if np.issubdtype(x.dtype, np.integer):
+        return np.zeros(x.shape, dtype=bool)
+    return np.isnan(x.astype(np.float64))
 
 
 def bitwise_equal(a, b) -> bool:
@@ -33,16 +42,14 @@ def bitwise_equal(a, b) -> bool:
     a, b = to_numpy(a), to_numpy(b)
     if a.dtype != b.dtype or a.shape != b.shape:
         return False
-    a_nan, b_nan = np.isnan(a.astype(np.float32)), np.isnan(b.astype(np.float32))
-    same = (_bits(a) == _bits(b)) | (a_nan & b_nan)
+    same = (_bits(a) == _bits(b)) | (_isnan(a) & _isnan(b))
     return bool(same.all())
 
 
 def count_bit_differences(a, b) -> int:
     """How many elements differ in their bits (NaN matching NaN)."""
     a, b = to_numpy(a), to_numpy(b)
-    a_nan, b_nan = np.isnan(a.astype(np.float32)), np.isnan(b.astype(np.float32))
-    return int((~((_bits(a) == _bits(b)) | (a_nan & b_nan))).sum())
+    return int((~((_bits(a) == _bits(b)) | (_isnan(a) & _isnan(b)))).sum())
 
 
 def ulp_difference(a, b) -> np.ndarray:
@@ -89,5 +96,5 @@ def checksum(x) -> str:
 
     x = np.ascontiguousarray(to_numpy(x))
     bits = _bits(x).copy()
-    bits[np.isnan(x.astype(np.float32))] = 0x7FFF if x.dtype.itemsize == 2 else 0x7FFFFFFF
+    bits[_isnan(x)] = 0x7FFF if x.dtype.itemsize == 2 else 0x7FFFFFFF
     return hashlib.sha256(bits.astype(bits.dtype.newbyteorder("<")).tobytes()).hexdigest()[:16]

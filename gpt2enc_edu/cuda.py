@@ -95,12 +95,18 @@ def compile_options(dtype) -> tuple[str, ...]:
     return tuple(options)
 
 
+#: Kernel files whose kernels use grid-wide synchronisation (cooperative launch).
+COOPERATIVE_FILES = frozenset({"bucketing.cu"})
+
+
 @functools.lru_cache(maxsize=None)
 def _module(file_name: str, dtype_key: str):
     cupy = _cupy()
     dtype = np.float32 if dtype_key == "fp32" else __import__("ml_dtypes").bfloat16
     source = kernel_source(file_name)
-    module = cupy.RawModule(code=source, options=compile_options(dtype))
+    # Kernels that synchronise the whole grid must be launched cooperatively; CuPy sets that per module.
+    cooperative = file_name in COOPERATIVE_FILES
+    module = cupy.RawModule(code=source, options=compile_options(dtype), enable_cooperative_groups=cooperative)
     try:
         module.compile()
     except cupy.cuda.compiler.CompileException as exc:
@@ -113,16 +119,17 @@ def get_kernel(file_name: str, kernel_name: str, dtype):
     return _module(file_name, dtype_name(dtype)).get_function(kernel_name)
 
 
-def _launch(kernel, grid: int, block: int, args: tuple, *, cooperative: bool = False) -> None:
+def _launch(kernel, grid: int, block: int, args: tuple) -> None:
     """Launch with a checked configuration; launch failures become RuntimeError naming the kernel.
 
-    (Errors inside a running kernel surface at the next synchronising call, as CUDA reports them.)
+    (Errors inside a running kernel surface at the next synchronising call, as CUDA reports them. Kernels
+    of ``COOPERATIVE_FILES`` are launched cooperatively, which fails here if the grid cannot be co-resident.)
     """
     name = getattr(kernel, "name", kernel)
     if grid <= 0 or block <= 0:
         raise RuntimeError(f"refusing to launch {name} with grid={grid}, block={block}")
     try:
-        kernel((grid,), (block,), args, enable_cooperative_groups=cooperative)
+        kernel((grid,), (block,), args)
     except Exception as exc:  # cupy.cuda.driver.CUDADriverError and friends
         raise RuntimeError(f"launch of {name} failed (grid={grid}, block={block}): {exc}") from exc
 
@@ -168,30 +175,75 @@ def encoder_backward_wte_bucketed(dwte, table, dout, C: int, seed: int) -> None:
             (dwte, bucket_info, bt_list, dout, num_buckets, np.int32(C), np.uint32(seed)))
 
 
-_chunk_workspaces: dict = {}
+_partials_cache: dict = {}
+
+#: Threads per block of the chunk-combine kernel (``COMBINE_THREADS``).
+COMBINE_THREADS = 128
 
 
-def _chunk_workspace(BT: int, groups: int, C_per_group: int):
-    """Partial sums and per-bucket counters of the chunked kernel, reused across calls (counters self-reset)."""
-    from .gpu_buckets import max_multi_chunk_buckets, max_multi_chunk_units
+def _chunk_partials(BT: int, C_padded: int):
+    """Room for the partial sums of multi-chunk tokens, reused across calls on one stream."""
+    from .gpu_buckets import max_multi_chunk_units
 
     cupy = _cupy()
-    key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, BT, groups, C_per_group)
-    if key not in _chunk_workspaces:
-        partials = cupy.empty(max_multi_chunk_units(BT, groups) * C_per_group, dtype=np.float32)
-        chunks_done = cupy.zeros(max_multi_chunk_buckets(BT, groups), dtype=np.int32)
-        _chunk_workspaces[key] = (partials, chunks_done)
-    return _chunk_workspaces[key]
+    key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, BT, C_padded)
+    if key not in _partials_cache:
+        _partials_cache[key] = cupy.empty(max_multi_chunk_units(BT) * C_padded, dtype=np.float32)
+    return _partials_cache[key]
 
 
 def encoder_backward_wte_chunked(dwte, table, dout, C: int, seed: int) -> None:
-    kernel = get_kernel("encoder_backward_wte_chunked.cu", "encoder_backward_wte_chunked_kernel", dout.dtype)
-    bucket_info, units, bt_list, _, num_units, _, max_units = _device_table(table)
+    """The chunk kernel (finishes single-chunk tokens), then the combine kernel (multi-chunk tokens)."""
+    from .gpu_buckets import max_multi_chunk_units
+
+    file_name = "encoder_backward_wte_chunked.cu"
+    chunk_kernel = get_kernel(file_name, "encoder_backward_wte_chunked_kernel", dout.dtype)
+    combine_kernel = get_kernel(file_name, "encoder_backward_wte_chunk_combine_kernel", dout.dtype)
+    _, units, bt_list, _, num_units, _, max_units = _device_table(table)
     BT = int(bt_list.shape[0])
-    partials, chunks_done = _chunk_workspace(BT, num_c_groups(C, dout.dtype), c_per_group(dout.dtype))
-    grid = _ceil_div(max_units, CHUNKED_WARPS_PER_BLOCK)
-    _launch(kernel, grid, WARP_SIZE * CHUNKED_WARPS_PER_BLOCK,
-            (dwte, units, bucket_info, bt_list, dout, partials, chunks_done, num_units, np.int32(C), np.uint32(seed)))
+    partials = _chunk_partials(BT, num_c_groups(C, dout.dtype) * c_per_group(dout.dtype))
+    _launch(chunk_kernel, _ceil_div(max_units, CHUNKED_WARPS_PER_BLOCK), WARP_SIZE * CHUNKED_WARPS_PER_BLOCK,
+            (dwte, units, bt_list, dout, partials, num_units, np.int32(C), np.uint32(seed)))
+    _launch(combine_kernel, min(max_units, max_multi_chunk_units(BT)), COMBINE_THREADS,
+            (dwte, units, partials, num_units, np.int32(C), np.uint32(seed)))
+
+
+_side_streams: dict = {}
+
+
+def _side_stream(main):
+    """A second stream (and two events) paired with ``main``, for the GPU bucketing to run beside the wpe kernel."""
+    cupy = _cupy()
+    key = (cupy.cuda.Device().id, main.ptr)
+    if key not in _side_streams:
+        _side_streams[key] = (cupy.cuda.Stream(non_blocking=True), cupy.cuda.Event(disable_timing=True),
+                              cupy.cuda.Event(disable_timing=True))
+    return _side_streams[key]
+
+
+def encoder_backward_deterministic_gpu_bucketing(dwte, dwpe, dout, inp, B: int, T: int, C: int, V: int,
+                                                 seed: int, *, chunked: bool) -> None:
+    """wpe kernel and GPU bucketing side by side, then the wte kernel: no host round trip, no host sync.
+
+    The bucketing kernel uses one block per SM and spends most of its time in grid-wide barriers, while
+    the wpe kernel streams dout: on two streams they overlap. Events order everything without the host:
+    the side stream starts after all work already queued on the caller's stream (the ids are ready, and
+    the previous call's wte kernel is done with the reused table buffers), and the wte kernel waits for
+    the table.
+    """
+    from .gpu_buckets import build_bucket_table_gpu
+
+    cupy = _cupy()
+    main = cupy.cuda.get_current_stream()
+    side, inputs_ready, table_ready = _side_stream(main)
+    inputs_ready.record(main)
+    side.wait_event(inputs_ready)
+    with side:
+        table = build_bucket_table_gpu(inp, C, dout.dtype, V)
+        table_ready.record(side)
+    encoder_backward_wpe(dwpe, dout, B, T, C, seed)
+    main.wait_event(table_ready)
+    (encoder_backward_wte_chunked if chunked else encoder_backward_wte_bucketed)(dwte, table, dout, C, seed)
 
 
 def encoder_backward_atomic(dwte, dwpe, dout, inp, B: int, T: int, C: int, *, bf16_atomics: bool) -> None:

@@ -54,14 +54,15 @@ def make_buckets(inp, C: int, dtype, *, V: int | None = None):
     channel-group width: 256 for bf16, 128 for fp32). See ``gpt2enc_edu.buckets`` for the order.
     A NumPy ``inp`` gives a ``BucketTable`` built with NumPy. A CuPy ``inp`` builds the same table on the
     GPU and returns a ``gpu_buckets.DeviceBucketTable`` (``.to_host()`` gives the ``BucketTable``); it needs
-    ``V``, the vocabulary size, and checks that the ids lie in ``[0, V)``.
+    ``V``, the vocabulary size. Where ``V`` is given, the ids are checked to lie in ``[0, V)``.
     """
     validate.bucket_args(inp, C, dtype)
+    if V is not None:
+        validate.check_positive_int("V", V)
+        validate.check_ids_in_range(inp, int(V))
     if backend.is_cupy_array(inp):
         if V is None:
             raise ValueError("V (the vocabulary size) is required to bucket CuPy ids on the GPU")
-        validate.check_positive_int("V", V)
-        validate.check_ids_in_range(inp, int(V))
         backend.record("cuda")
         from .gpu_buckets import build_bucket_table_gpu
 
@@ -107,12 +108,12 @@ def encoder_backward(dwte, dwpe, dout, inp, *, seed, method: str = "bucketed", b
     if method in ("atomic", "atomic_bf16"):
         run.encoder_backward_atomic(dwte, dwpe, dout, inp, B, T, C, bf16_atomics=(method == "atomic_bf16"))
         return
+    if dims.backend == "cuda" and bucketing != "cpu":
+        run.encoder_backward_deterministic_gpu_bucketing(dwte, dwpe, dout, inp, B, T, C, dims.V, seed,
+                                                         chunked=(method == "chunked"))
+        return
+    # llm.c's route: the wpe kernel is queued first, so on a GPU it runs while the host builds the table.
     run.encoder_backward_wpe(dwpe, dout, B, T, C, seed)
-    if bucketing == "cpu" or dims.backend == "numpy":
-        table = buckets.build_bucket_table(backend.to_numpy(inp), C, dims.dtype)
-    else:
-        from .gpu_buckets import build_bucket_table_gpu
-
-        table = build_bucket_table_gpu(inp, C, dims.dtype, dims.V)
+    table = buckets.build_bucket_table(backend.to_numpy(inp), C, dims.dtype)
     wte_kernel = run.encoder_backward_wte_chunked if method == "chunked" else run.encoder_backward_wte_bucketed
     wte_kernel(dwte, table, dout, C, seed)

@@ -85,6 +85,7 @@ def _report(number: int, check) -> bool:
 
 
 def _xp(xp):
+    """The array module to run a check on: ``xp``, or the active backend's by default."""
     return array_module() if xp is None else xp
 
 

@@ -26,26 +26,22 @@ COUNTER_NUM_BUCKETS = 3
 COUNTER_NUM_UNITS = 4
 
 
-def max_units(BT: int, V: int, groups: int) -> int:
+def max_units(BT: int, V: int) -> int:
     """Most units a table of BT positions can have.
 
-    Per channel group, the sum over tokens of ceil(count / CHUNK_ITEMS) is at most BT (each chunk holds an
-    item) and at most BT / CHUNK_ITEMS + (number of distinct tokens) <= BT // CHUNK_ITEMS + 1 + min(V, BT).
+    The sum over tokens of ceil(count / CHUNK_ITEMS) is at most BT (each chunk holds an item) and at most
+    BT / CHUNK_ITEMS + (number of distinct tokens) <= BT // CHUNK_ITEMS + 1 + min(V, BT).
     """
-    return groups * min(BT, BT // CHUNK_ITEMS + 1 + min(V, BT))
+    return min(BT, BT // CHUNK_ITEMS + 1 + min(V, BT))
 
 
-def max_multi_chunk_units(BT: int, groups: int) -> int:
-    """Most units that belong to buckets of more than one chunk (they need room for partial sums).
+def max_multi_chunk_units(BT: int) -> int:
+    """Most units that belong to tokens of more than one chunk (they need room for partial sums).
 
     Such a token occurs at least CHUNK_ITEMS + 1 times, so there are at most BT // (CHUNK_ITEMS + 1) of
     them, and their chunks number at most BT / CHUNK_ITEMS + one per token.
     """
-    return groups * (BT // CHUNK_ITEMS + BT // (CHUNK_ITEMS + 1) + 1)
-
-
-def max_multi_chunk_buckets(BT: int, groups: int) -> int:
-    return groups * (BT // (CHUNK_ITEMS + 1) + 1)
+    return BT // CHUNK_ITEMS + BT // (CHUNK_ITEMS + 1) + 1
 
 
 @dataclass(frozen=True)
@@ -54,7 +50,7 @@ class DeviceBucketTable:
 
     info: object  # cupy (max_buckets, 4) int32
     bt_list: object  # cupy (BT,) int32
-    units: object  # cupy (max_units, 2) int32
+    units: object  # cupy (max_units, 4) int32
     counters: object  # cupy (NUM_COUNTERS,) int32
     C: int
     dtype: np.dtype
@@ -99,7 +95,7 @@ class _Workspace:
         self.token_starts = cupy.empty(V, i32)
         self.unit_starts = cupy.empty(V, i32)
         self.info = cupy.empty((min(V, BT) * groups, 4), i32)
-        self.units = cupy.empty((max_units(BT, V, groups), 2), i32)
+        self.units = cupy.empty((max_units(BT, V), 4), i32)
         self.bt_list = cupy.empty(BT, i32)
         self.counters = cupy.empty(NUM_COUNTERS, i32)
         self.grid = grid
@@ -131,7 +127,6 @@ def build_bucket_table_gpu(inp, C: int, dtype, V: int) -> DeviceBucketTable:
     cuda._launch(kernel, ws.grid, BUCKETING_THREADS,
                  (inp, np.int32(BT), np.int32(V), np.int32(groups), ws.counts, ws.presence, ws.keys0, ws.vals0,
                   ws.keys1, ws.vals1, ws.hist, ws.rank_of_ix, ws.token_starts, ws.unit_starts, ws.info, ws.units,
-                  ws.bt_list, ws.counters),
-                 cooperative=True)
+                  ws.bt_list, ws.counters))
     return DeviceBucketTable(info=ws.info, bt_list=ws.bt_list, units=ws.units, counters=ws.counters, C=C,
                              dtype=np.dtype(dtype))

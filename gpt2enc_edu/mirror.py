@@ -137,61 +137,54 @@ def encoder_backward_wte_bucketed(dwte, table: BucketTable, dout, C: int, seed: 
 
 
 def encoder_backward_wte_chunked(dwte, table: BucketTable, dout, C: int, seed: int) -> None:
-    """Mirror of ``encoder_backward_wte_chunked_kernel``: one warp per unit (bucket, chunk).
+    """Mirror of ``encoder_backward_wte_chunked_kernel``: one warp per unit (token, chunk), all channel groups.
 
-    Each warp sums its chunk's items in order into a partial; a bucket of one chunk adds its partial to the
-    old value directly, a larger bucket adds its partials in chunk order first. (On the GPU the last warp to
-    finish does that; here we simply do it after all partials exist: the order of the adds is the same.)
+    Each warp sums its chunk's items in order into a partial; a token of one chunk adds its partial to the
+    old value directly, a token of several chunks adds its partials in chunk order first. (On the GPU the
+    last warp to finish does that; here we do it once all partials exist: the order of the adds is the same.)
+    Threads are rows (unit, g, lane_id) for every channel group g, keeping only lanes that have channels.
     """
     size = pack_size(dout.dtype)
     k = np.arange(size)
     c_per_warp = WARP_SIZE * size
+    num_groups = -(-C // c_per_warp)
     dout_flat = dout.reshape(-1)
     dwte_flat = dwte.reshape(-1)
-    info = table.info.astype(np.int64)
     units = table.units.astype(np.int64)
+    num_units = units.shape[0]
 
-    # One row per thread: (unit, lane_id), keeping only lanes that have channels.
-    unit, lane_id = np.divmod(np.arange(units.shape[0] * WARP_SIZE), WARP_SIZE)
-    bucket, chunk = units[unit, 0], units[unit, 1]
-    bucket_start, bucket_size, bucket_ix, c_group = info[bucket].T
-    c = c_group * c_per_warp + lane_id * size
+    unit, g, lane_id = np.unravel_index(np.arange(num_units * num_groups * WARP_SIZE), (num_units, num_groups, WARP_SIZE))
+    c = g * c_per_warp + lane_id * size
     has_channels = c < C
-    unit, bucket, chunk, c = unit[has_channels], bucket[has_channels], chunk[has_channels], c[has_channels]
-    bucket_start, bucket_size, bucket_ix = bucket_start[has_channels], bucket_size[has_channels], bucket_ix[has_channels]
-
-    num_chunks = -(-bucket_size // CHUNK_ITEMS)
+    unit, c = unit[has_channels], c[has_channels]
+    ix, chunk, token_start, token_size = units[unit].T
+    num_chunks = -(-token_size // CHUNK_ITEMS)
     chunk_first = chunk * CHUNK_ITEMS
-    chunk_size = np.minimum(CHUNK_ITEMS, bucket_size - chunk_first)
+    chunk_size = np.minimum(CHUNK_ITEMS, token_size - chunk_first)
 
-    # Chunk partials: items in order.
+    # Chunk partials: the chunk's items in order.
     accum = np.zeros((unit.size, size), dtype=np.float32)
     for item in range(CHUNK_ITEMS):
         active = np.flatnonzero(item < chunk_size)
-        bt = table.bt_list[bucket_start[active] + chunk_first[active] + item].astype(np.int64)
+        bt = table.bt_list[token_start[active] + chunk_first[active] + item].astype(np.int64)
         packed_dout = dout_flat[(bt * C + c[active])[:, None] + k]
         accum[active] = fadd(accum[active], to_float(packed_dout))
 
-    # Bucket totals: single-chunk buckets use their partial; larger ones add partials in chunk order.
-    # Threads are (unit, lane) rows; a bucket's units are consecutive, so chunk j's row is row - chunk + j.
+    # Token totals, computed on the rows of each token's last chunk. Rows are ordered by (unit, channel),
+    # so the same channel of chunk j of the same token sits `(chunk - j) * rows_per_unit` rows earlier.
+    rows_per_unit = int(has_channels.reshape(num_units, -1)[0].sum()) if num_units else 0
     total = accum.copy()
-    row_of = np.full((units.shape[0], WARP_SIZE), -1, dtype=np.int64)
-    row_of[unit, (c % c_per_warp) // size] = np.arange(unit.size)
-    lane_of_row = (c % c_per_warp) // size
-    finisher = chunk == num_chunks - 1  # compute each bucket's total once, on its last unit's rows
-    rows = np.flatnonzero(finisher & (num_chunks > 1))
-    first_unit = unit[rows] - chunk[rows]
-    total[rows] = accum[row_of[first_unit, lane_of_row[rows]]]
+    last = np.flatnonzero(chunk == num_chunks - 1)
+    multi = last[num_chunks[last] > 1]
+    total[multi] = accum[multi - chunk[multi] * rows_per_unit]
     for j in range(1, int(num_chunks.max(initial=1))):
-        more = rows[num_chunks[rows] > j]
-        sibling = row_of[unit[more] - chunk[more] + j, lane_of_row[more]]
-        total[more] = fadd(total[more], accum[sibling])
+        more = multi[num_chunks[multi] > j]
+        total[more] = fadd(total[more], accum[more - (chunk[more] - j) * rows_per_unit])
 
-    rows = np.flatnonzero(finisher)
-    dwte_ix = (bucket_ix[rows] * C + c[rows])[:, None] + k  # also each element's noise position
+    dwte_ix = (ix[last] * C + c[last])[:, None] + k  # also each element's noise position
     packed_dwte = dwte_flat[dwte_ix]
     dwte_flat[dwte_ix] = round_to_storage(
-        fadd(total[rows], to_float(packed_dwte)), dwte.dtype, dwte_ix, NOISE_STREAM_DWTE, seed
+        fadd(total[last], to_float(packed_dwte)), dwte.dtype, dwte_ix, NOISE_STREAM_DWTE, seed
     )
 
 
@@ -212,12 +205,14 @@ def encoder_backward_atomic(dwte, dwpe, dout, inp, B: int, T: int, C: int, *, bf
     if bf16_atomics:
         # ufunc.at is unbuffered: repeated indices are applied one after another, in the given order,
         # each add computed in fp32 and rounded to bf16 like the hardware's bf16 atomicAdd.
-        np.add.at(dwte, ix, rows)
-        np.add.at(dwpe, t, rows)
+        with np.errstate(over="ignore", invalid="ignore"):  # the GPU is silent on Inf and NaN too
+            np.add.at(dwte, ix, rows)
+            np.add.at(dwpe, t, rows)
         return
     dwte32, dwpe32 = to_float(dwte), to_float(dwpe)
     rows32 = to_float(rows)
-    np.add.at(dwte32, ix, rows32)
-    np.add.at(dwpe32, t, rows32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        np.add.at(dwte32, ix, rows32)
+        np.add.at(dwpe32, t, rows32)
     dwte[...] = _to_storage_nearest(dwte32, dwte.dtype)
     dwpe[...] = _to_storage_nearest(dwpe32, dwpe.dtype)

@@ -64,21 +64,34 @@ def thread_map(B: int, T: int, C: int, dtype, *, ax=None):
     return ax
 
 
-def ulp_histogram(diffs: Mapping[str, np.ndarray], *, ax=None, title: str | None = None, unit: str = "ULPs"):
+def ulp_histogram(diffs: Mapping[str, np.ndarray], *, limit: int | None = None, ax=None,
+                  title: str | None = None, unit: str = "ULPs"):
     """Histograms of integer ULP differences (``compare.ulp_difference``), one per label, log counts.
 
-    Bins are one ULP wide when the range is at most 200 ULPs, otherwise 201 equal bins.
+    With ``limit``, values beyond +-limit are counted in the two outermost bins (drawn at +-(limit + 1)
+    and labelled as such), so a few huge differences (sums that cancel to almost zero have tiny ULPs) do
+    not squash the picture. Bins are one ULP wide when the range is at most 200 ULPs, else 201 equal bins.
     """
     if not diffs:
         raise ValueError("diffs must hold at least one array")
     arrays = {label: np.asarray(d).reshape(-1).astype(np.int64) for label, d in diffs.items()}
+    if limit is not None:
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit}")
+        arrays = {label: np.clip(a, -limit - 1, limit + 1) for label, a in arrays.items()}
     lo = min(int(a.min(initial=0)) for a in arrays.values())
     hi = max(int(a.max(initial=0)) for a in arrays.values())
     bins = np.arange(lo - 0.5, hi + 1.5) if hi - lo <= 200 else np.linspace(lo - 0.5, hi + 0.5, 202)
     ax = _axes(ax, (6.0, 3.2))
     for label, values in arrays.items():
-        ax.hist(values, bins=bins, histtype="step", linewidth=1.5, label=f"{label} ({values.size} values)")
+        nonzero = int(np.count_nonzero(values))
+        ax.hist(values, bins=bins, histtype="step", linewidth=1.5,
+                label=f"{label}: {nonzero} of {values.size} differ")
     ax.set_yscale("log")
+    if limit is not None:
+        ticks = [t for t in ax.get_xticks() if -limit <= t <= limit and float(t).is_integer()]
+        ax.set_xticks([-limit - 1, *ticks, limit + 1], [f"<{-limit}", *[f"{t:g}" for t in ticks], f">{limit}"])
+        ax.set_xlim(-limit - 1.5, limit + 1.5)
     ax.set_xlabel(f"difference ({unit})")
     ax.set_ylabel("elements")
     ax.legend(fontsize=8)
@@ -128,7 +141,7 @@ def gantt(schedule, *, ax=None, title: str | None = None, vmax: float | None = N
     ax.set_ylim(schedule.num_slots - 0.5, -0.5)
     ax.set_ylabel("slot (SM)")
     ax.set_xlabel("time (units of one item)")
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     if title:
         ax.set_title(title, fontsize=10)
     return ax
@@ -156,19 +169,19 @@ def gantt_comparison(schedules: Mapping[str, object], *, title: str | None = Non
 
 
 def error_vs_adds(adds, errors: Mapping[str, np.ndarray], *, ax=None, title: str | None = None,
-                  unit: str = "ULPs"):
-    """Scatter of an error per row (e.g. the mean |ULP error| of a dwte row) against the number of adds
-    the row received, one colour per label, log-scaled adds."""
+                  ylabel: str = "median |error| of the row (ULPs)"):
+    """Scatter of one error value per row (e.g. the median |ULP error| of a dwte row) against the number
+    of adds the row received, one colour per label, log-scaled adds."""
     adds = np.asarray(adds, dtype=np.float64).reshape(-1)
     ax = _axes(ax, (6.0, 3.5))
     for label, values in errors.items():
         values = np.asarray(values, dtype=np.float64).reshape(-1)
         if values.shape != adds.shape:
             raise ValueError(f"errors[{label!r}] has {values.size} values for {adds.size} rows")
-        ax.plot(adds, values, ".", markersize=3, alpha=0.6, label=label)
+        ax.plot(adds, values, ".", markersize=4, alpha=0.6, label=label)
     ax.set_xscale("log")
     ax.set_xlabel("adds into the row (occurrences of the token)")
-    ax.set_ylabel(f"mean |error| ({unit})")
+    ax.set_ylabel(ylabel)
     ax.legend(fontsize=8)
     if title:
         ax.set_title(title)
@@ -185,9 +198,8 @@ def rounding_drift(curves: Mapping[str, np.ndarray], *, exact=None, ax=None, tit
             ax.plot(np.arange(values.size), values, linewidth=1.5, label=label)
             continue
         steps = np.arange(values.shape[1])
-        thin = ax.plot(steps, values.T, linewidth=0.5, alpha=0.35)
-        ax.plot(steps, values.mean(axis=0), linewidth=1.5, color=thin[0].get_color(),
-                label=f"{label} (mean of {values.shape[0]} runs)")
+        (mean,) = ax.plot(steps, values.mean(axis=0), linewidth=1.5, label=f"{label} (mean of {values.shape[0]} runs)")
+        ax.plot(steps, values.T, linewidth=0.5, alpha=0.35, color=mean.get_color())
     if exact is not None:
         exact = np.asarray(exact, dtype=np.float64)
         ax.plot(np.arange(exact.size), exact, "k--", linewidth=1, label="exact")
@@ -197,6 +209,30 @@ def rounding_drift(curves: Mapping[str, np.ndarray], *, exact=None, ax=None, tit
     if title:
         ax.set_title(title)
     return ax
+
+
+def noise_uniformity(values, *, bits: int = 16, pairs: int = 2000):
+    """Two panels on random ``bits``-bit integers (e.g. ``noise_2d(...) & 0xFFFF`` of consecutive
+    positions): a histogram (flat if uniform) and each value against the next (no pattern if independent)."""
+    import matplotlib.pyplot as plt
+
+    values = np.asarray(values).reshape(-1).astype(np.int64)
+    if values.size < 2:
+        raise ValueError("values must hold at least two numbers")
+    top = 1 << bits
+    fig, (hist_ax, lag_ax) = plt.subplots(1, 2, figsize=(8.0, 3.2), dpi=DPI, layout="constrained")
+    hist_ax.hist(values, bins=64, range=(0, top))
+    hist_ax.axhline(values.size / 64, color="black", linestyle="--", linewidth=1, label="uniform")
+    hist_ax.set_xlabel(f"value ({bits} bits)")
+    hist_ax.set_ylabel("count")
+    hist_ax.legend(fontsize=8)
+    n = min(pairs, values.size - 1)
+    lag_ax.plot(values[:n], values[1 : n + 1], ".", markersize=2)
+    lag_ax.set_xlabel("value at position i")
+    lag_ax.set_ylabel("value at position i + 1")
+    lag_ax.set_xlim(0, top)
+    lag_ax.set_ylim(0, top)
+    return fig
 
 
 def round_up_probability(fraction, observed, *, ax=None, title: str | None = None):

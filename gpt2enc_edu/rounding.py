@@ -46,8 +46,13 @@ def ftz(x: np.ndarray) -> np.ndarray:
 
 
 def fadd(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a + b`` in fp32 with flush-to-zero on inputs and result: one CUDA ``fadd.ftz.f32``."""
-    return ftz(np.add(ftz(a), ftz(b), dtype=np.float32))
+    """``a + b`` in fp32 with flush-to-zero on inputs and result: one CUDA ``fadd.ftz.f32``.
+
+    Like the GPU, it is silent on overflow (to Inf) and on Inf - Inf (NaN).
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = np.add(ftz(a), ftz(b), dtype=np.float32)
+    return ftz(total)
 
 
 def to_float(x: np.ndarray) -> np.ndarray:

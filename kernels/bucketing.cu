@@ -3,7 +3,7 @@
 // Produces exactly the table that gpt2enc_edu/buckets.py builds with NumPy (same order, same bits):
 //   bucket_info[bucket] = {start, size, ix, c_group}: buckets by size descending, then token id, then group;
 //   bt_list: each token's positions bt, ascending, tokens in bucket order;
-//   unit_info[unit] = {bucket, chunk}: every bucket cut into CHUNK_ITEMS-item chunks;
+//   units[unit] = {ix, chunk, start, size}: every token's positions cut into CHUNK_ITEMS-item chunks;
 //   counters[COUNTER_NUM_BUCKETS], counters[COUNTER_NUM_UNITS]: the table's sizes, left on the device so the
 //   wte kernel can be launched with a host-side bound and no host/device synchronisation.
 //
@@ -15,8 +15,9 @@
 //   3. Stable-sort the positions bt = 0..B*T-1 by the rank of their token: each token's positions end up
 //      together, in bucket order, and in ascending bt inside (stability again). That is bt_list.
 //   4. Prefix sums of the counts give every token's start in bt_list; write the bucket and unit lists.
-// Each radix pass sorts by 8 bits: a per-block digit histogram, one exclusive scan over (digit, block),
-// then a stable scatter (ranks inside a warp from __match_any_sync, across warps from shared counters).
+// Each radix pass sorts by 8 bits: a per-block digit histogram,
+// the (digit, block) offsets read off the whole histogram by every block, then a stable scatter (ranks inside
+// a warp from __match_any_sync, across warps from shared counters).
 // Passes run only while the keys still have non-zero higher digits (decided on the device).
 //
 // Launch: cooperatively (all blocks resident: grid.sync() separates the phases), block = 1024 threads,
@@ -78,25 +79,43 @@ __device__ int block_exclusive_sum(int value, int* total, BucketingScratch& s) {
     return result;
 }
 
-// In-place exclusive prefix sum of data[0..n) by ONE block; returns the total. Each thread owns a contiguous
-// stretch, sums it, the block scans the stretch sums, and each thread rewrites its stretch.
-// `reversed` scans data[n-1], data[n-2], ... instead (for "how many larger values" questions).
-__device__ int block_scan_inplace(int* data, int n, bool reversed, BucketingScratch& s) {
-    int per = CEIL_DIV(n, BUCKETING_THREADS);
-    int lo = min(n, threadIdx.x * per);
+// In-place exclusive prefix sum of data[0..n) by the whole grid; returns the total (to every thread).
+// Block b owns the contiguous stretch [b*per, (b+1)*per) and walks it in coalesced 1024-element tiles:
+// pass 1 sums the stretch, every block then reads the sums of the blocks before it, pass 2 rewrites the
+// stretch with running prefixes. `reversed` scans data[n-1], data[n-2], ... instead ("how many larger").
+__device__ int grid_scan_inplace(int* data, int n, bool reversed, int* block_sums, BucketingScratch& s,
+                                 cg::grid_group& grid) {
+    int G = gridDim.x;
+    int per = CEIL_DIV(n, G);
+    int lo = min(n, (int)blockIdx.x * per);
     int hi = min(n, lo + per);
-    int sum = 0;
-#pragma unroll 8
-    for (int i = lo; i < hi; i++) { sum += data[reversed ? n - 1 - i : i]; }
-    int total;
-    int run = block_exclusive_sum(sum, &total, s);
-#pragma unroll 8
-    for (int i = lo; i < hi; i++) {
-        int j = reversed ? n - 1 - i : i;
-        int v = data[j];
-        data[j] = run;
-        run += v;
+    int tile_total;
+    int stretch_sum = 0;
+    for (int base = lo; base < hi; base += BUCKETING_THREADS) {
+        int i = base + threadIdx.x;
+        int v = i < hi ? data[reversed ? n - 1 - i : i] : 0;
+        block_exclusive_sum(v, &tile_total, s);
+        stretch_sum += tile_total;
     }
+    if (threadIdx.x == 0) { block_sums[blockIdx.x] = stretch_sum; }
+    grid.sync();
+    int before = 0;
+    int total = 0;
+    for (int b = 0; b < G; b++) {  // G <= number of SMs: a short loop, the same in every thread
+        int sum = block_sums[b];
+        before += b < (int)blockIdx.x ? sum : 0;
+        total += sum;
+    }
+    int carry = before;
+    for (int base = lo; base < hi; base += BUCKETING_THREADS) {
+        int i = base + threadIdx.x;
+        int j = reversed ? n - 1 - i : i;
+        int v = i < hi ? data[j] : 0;
+        int prefix = block_exclusive_sum(v, &tile_total, s);
+        if (i < hi) { data[j] = carry + prefix; }
+        carry += tile_total;
+    }
+    grid.sync();  // block_sums may be reused, and every element is final
     return total;
 }
 
@@ -112,22 +131,46 @@ __device__ void radix_pass(const unsigned int* keys_in, const int* vals_in, unsi
     int lane = threadIdx.x % WARP_SIZE;
     int warp = threadIdx.x / WARP_SIZE;
 
-    // 1. This block's digit histogram, stored digit-major: hist[digit * G + block].
+    // 1. This block's digit histogram, stored block-major: hist[block * RADIX_DIGITS + digit].
     for (int d = threadIdx.x; d < RADIX_DIGITS; d += BUCKETING_THREADS) { s.digit_count[d] = 0; }
     __syncthreads();
     for (int i = lo + threadIdx.x; i < hi; i += BUCKETING_THREADS) {
         atomicAdd(&s.digit_count[(keys_in[i] >> shift) & (RADIX_DIGITS - 1)], 1);
     }
     __syncthreads();
-    for (int d = threadIdx.x; d < RADIX_DIGITS; d += BUCKETING_THREADS) { hist[d * G + blockIdx.x] = s.digit_count[d]; }
+    for (int d = threadIdx.x; d < RADIX_DIGITS; d += BUCKETING_THREADS) { hist[blockIdx.x * RADIX_DIGITS + d] = s.digit_count[d]; }
     grid.sync();
 
-    // 2. Where each (digit, block) starts in the output: one exclusive scan, by block 0.
-    if (blockIdx.x == 0) { block_scan_inplace(hist, RADIX_DIGITS * G, false, s); }
-    grid.sync();
+    // 2. Where this block's items of each digit go: after all smaller digits (of every block) and after the
+    //    same digit in earlier blocks. Every block reads the whole (small) histogram itself: no scan phase.
+    //    Thread (part, d) sums blocks part, part + 4, ... for digit d; the four parts are then combined.
+    {
+        int d = threadIdx.x % RADIX_DIGITS;
+        int part = threadIdx.x / RADIX_DIGITS;  // 0..3
+        int before = 0, total = 0;
+        for (int b = part; b < G; b += BUCKETING_THREADS / RADIX_DIGITS) {
+            int count = hist[b * RADIX_DIGITS + d];
+            before += b < (int)blockIdx.x ? count : 0;
+            total += count;
+        }
+        s.warp_counts[part][d] = before;
+        s.warp_counts[part + 4][d] = total;
+        __syncthreads();
+        int digit_total = 0;
+        int digit_before = 0;
+        if (threadIdx.x < RADIX_DIGITS) {
+            for (int p = 0; p < 4; p++) {
+                digit_before += s.warp_counts[p][d];
+                digit_total += s.warp_counts[p + 4][d];
+            }
+        }
+        int unused;
+        int digit_base = block_exclusive_sum(threadIdx.x < RADIX_DIGITS ? digit_total : 0, &unused, s);
+        if (threadIdx.x < RADIX_DIGITS) { s.running[d] = digit_base + digit_before; }
+        __syncthreads();
+    }
 
     // 3. Stable scatter, one 1024-item tile at a time.
-    for (int d = threadIdx.x; d < RADIX_DIGITS; d += BUCKETING_THREADS) { s.running[d] = hist[d * G + blockIdx.x]; }
     for (int base = lo; base < hi; base += BUCKETING_THREADS) {
         for (int j = threadIdx.x; j < BUCKETING_WARPS * RADIX_DIGITS; j += BUCKETING_THREADS) {
             (&s.warp_counts[0][0])[j] = 0;
@@ -159,7 +202,7 @@ __device__ void radix_pass(const unsigned int* keys_in, const int* vals_in, unsi
         }
         __syncthreads();
     }
-    grid.sync();
+    grid.sync();  // the output is complete, and hist may be rewritten by the next pass
 }
 
 // Radix-sort n pairs whose keys are all <= max_key, ping-ponging between buffers 0 and 1.
@@ -183,11 +226,11 @@ bucketing_kernel(const int* inp, int BT, int V, int num_c_groups,
                  int* counts,            // [V]      occurrences of each token
                  int* presence,          // [BT + 1] 1 where some token occurs exactly that many times
                  unsigned int* keys0, int* vals0, unsigned int* keys1, int* vals1,  // [max(V, BT)] each
-                 int* hist,              // [RADIX_DIGITS * gridDim.x]
+                 int* hist,              // [RADIX_DIGITS * gridDim.x] (also the block sums of scans)
                  int* rank_of_ix,        // [V]      a token's place in bucket order
                  int* token_starts,      // [V]      first bt_list slot of the token of each rank
                  int* unit_starts,       // [V]      first unit of the token of each rank
-                 int4* bucket_info, int2* unit_info, int* bt_list, int* counters) {
+                 int4* bucket_info, int4* units, int* bt_list, int* counters) {
     __shared__ BucketingScratch s;
     cg::grid_group grid = cg::this_grid();
     int stride = gridDim.x * BUCKETING_THREADS;
@@ -219,14 +262,9 @@ bucketing_kernel(const int* inp, int BT, int V, int num_c_groups,
     // Phase 3: class of a count value = how many larger count values occur (a reversed exclusive scan);
     // presence[] becomes that class. Only values up to the largest count can occur.
     int max_count = counters[COUNTER_MAX_COUNT];
-    if (blockIdx.x == 0) {
-        int num_classes = block_scan_inplace(presence + 1, max_count, true, s);
-        if (threadIdx.x == 0) { counters[COUNTER_NUM_CLASSES] = num_classes; }
-    }
-    grid.sync();
+    int num_classes = grid_scan_inplace(presence + 1, max_count, true, hist, s, grid);
 
     // Phase 4: sort tokens by class, stably: absent tokens get the class after all others and sort last.
-    int num_classes = counters[COUNTER_NUM_CLASSES];
     for (int ix = tid; ix < V; ix += stride) {
         int count = counts[ix];
         keys0[ix] = (unsigned int)(count > 0 ? presence[count] : num_classes);
@@ -243,16 +281,14 @@ bucketing_kernel(const int* inp, int BT, int V, int num_c_groups,
         int count = counts[ix];
         rank_of_ix[ix] = rank;
         token_starts[rank] = count;
-        unit_starts[rank] = num_c_groups * CEIL_DIV(count, CHUNK_ITEMS);
+        unit_starts[rank] = CEIL_DIV(count, CHUNK_ITEMS);
     }
     grid.sync();
-    if (blockIdx.x == 0) {
-        block_scan_inplace(token_starts, num_distinct, false, s);
-        int num_units = block_scan_inplace(unit_starts, num_distinct, false, s);
-        if (threadIdx.x == 0) {
-            counters[COUNTER_NUM_UNITS] = num_units;
-            counters[COUNTER_NUM_BUCKETS] = num_distinct * num_c_groups;
-        }
+    grid_scan_inplace(token_starts, num_distinct, false, hist, s, grid);
+    int num_units = grid_scan_inplace(unit_starts, num_distinct, false, hist, s, grid);
+    if (tid == 0) {
+        counters[COUNTER_NUM_UNITS] = num_units;
+        counters[COUNTER_NUM_BUCKETS] = num_distinct * num_c_groups;
     }
     // Phase 6: sort positions by the rank of their token, stably (so bt stays ascending inside a token).
     // The keys are written into the buffer pair the token sort did not leave its result in.
@@ -260,7 +296,6 @@ bucketing_kernel(const int* inp, int BT, int V, int num_c_groups,
     int* item_vals0 = tokens_in_one ? vals0 : vals1;
     unsigned int* item_keys1 = tokens_in_one ? keys1 : keys0;
     int* item_vals1 = tokens_in_one ? vals1 : vals0;
-    grid.sync();  // rank_of_ix complete; token_of_rank no longer needed after this point
     for (int bt = tid; bt < BT; bt += stride) {
         item_keys0[bt] = (unsigned int)rank_of_ix[inp[bt]];
         item_vals0[bt] = bt;
@@ -278,12 +313,8 @@ bucketing_kernel(const int* inp, int BT, int V, int num_c_groups,
         int start = token_starts[rank];
         int count = (rank + 1 < num_distinct ? token_starts[rank + 1] : BT) - start;
         int ix = inp[sorted_bt[start]];
+        for (int g = 0; g < num_c_groups; g++) { bucket_info[rank * num_c_groups + g] = make_int4(start, count, ix, g); }
         int chunks = CEIL_DIV(count, CHUNK_ITEMS);
-        for (int g = 0; g < num_c_groups; g++) {
-            int bucket = rank * num_c_groups + g;
-            bucket_info[bucket] = make_int4(start, count, ix, g);
-            int first_unit = unit_starts[rank] + g * chunks;
-            for (int chunk = 0; chunk < chunks; chunk++) { unit_info[first_unit + chunk] = make_int2(bucket, chunk); }
-        }
+        for (int chunk = 0; chunk < chunks; chunk++) { units[unit_starts[rank] + chunk] = make_int4(ix, chunk, start, count); }
     }
 }

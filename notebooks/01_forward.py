@@ -6,6 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -22,14 +23,10 @@
 # 0. Setup · 1. What the encoder computes · 2. Which thread computes what · 3. Why 128-bit packs ·
 # 4. The kernel · 5. Run it and check it · 6. Exercise 1
 
-# %% [markdown]
-# ## 0. Setup
-# The next cell only makes `import gpt2enc_edu` work. Where the package is installed it does nothing.
-# In a checkout it puts the checkout on `sys.path`. On a hosted service (Colab, Kaggle) with the
-# repository cloned or uploaded, it also installs whatever is missing (`ml_dtypes`, `matplotlib`, and
-# CuPy when there is a GPU).
-
 # %%
+# 0. Setup: make `import gpt2enc_edu` work. Where the package is installed this does nothing. In a
+# checkout it puts the checkout on sys.path. On Colab or Kaggle (repository cloned or uploaded) it also
+# installs what is missing: ml_dtypes, matplotlib, and CuPy when there is a GPU.
 import importlib.util, os, shutil, subprocess, sys
 from pathlib import Path
 
@@ -209,6 +206,7 @@ for name, p in problems.items():
     print(f"{name}: checksum {compare.checksum(outputs[name])}, "
           f"within the bound of the float64 reference: {compare.within_bound(outputs[name], ref, bound)}, "
           f"bitwise equal to the NumPy mirror: {compare.bitwise_equal(outputs[name], enc.encoder_forward(p.inp, p.wte, p.wpe))}")
+
 
 # %% [markdown]
 # ## 6. Exercise 1: which thread writes `out[b, t, c]`?

@@ -37,11 +37,12 @@ def test_bucket_table_invariants(inp, dtype, packs):
     key = np.stack([-size, ix, group], axis=1)
     assert all(tuple(key[i]) < tuple(key[i + 1]) for i in range(len(key) - 1))
 
-    # Units: every bucket cut into CHUNK_ITEMS-item chunks, bucket by bucket, chunks ascending.
-    chunks = -(-size // CHUNK_ITEMS)
-    expected_units = [(b, j) for b in range(table.num_buckets) for j in range(chunks[b])]
+    # Units: every token cut into CHUNK_ITEMS-item chunks, tokens in bucket order, chunks ascending.
+    first_group = group == 0
+    expected_units = [(ix[b], j, start[b], size[b]) for b in np.flatnonzero(first_group)
+                      for j in range(-(-size[b] // CHUNK_ITEMS))]
     assert [tuple(u) for u in table.units.tolist()] == expected_units
-    multi = chunks[table.units[:, 0]] > 1  # units of multi-chunk buckets form a prefix
+    multi = table.units[:, 3] > CHUNK_ITEMS  # units of multi-chunk tokens form a prefix
     assert not (np.diff(multi.astype(int)) > 0).any()
 
     for b in range(table.num_buckets):

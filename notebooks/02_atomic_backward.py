@@ -1,0 +1,245 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 02 · The atomic backward: correct, but not reproducible
+#
+# **Goal:** see the encoder's backward pass as a scatter-add, understand why the simple kernel needs
+# atomics, and measure what atomics cost: results whose low bits change from run to run, and, when the
+# atomics work on bf16 itself, lost precision.
+#
+# 0. Setup · 1. Backward is a scatter-add · 2. Why atomics · 3. Float addition is not associative ·
+# 4. Run it twice · 5. bf16 atomics lose precision · 6. Exercise 2
+
+# %%
+# 0. Setup: make `import gpt2enc_edu` work. Where the package is installed this does nothing. In a
+# checkout it puts the checkout on sys.path. On Colab or Kaggle (repository cloned or uploaded) it also
+# installs what is missing: ml_dtypes, matplotlib, and CuPy when there is a GPU.
+import importlib.util, os, shutil, subprocess, sys
+from pathlib import Path
+
+try:
+    import gpt2enc_edu as enc
+except ImportError:
+    here = Path.cwd()
+    roots = [d for d in (here.parent, here, *sorted(here.glob("*/"))) if (d / "gpt2enc_edu" / "__init__.py").is_file()]
+    if not roots:
+        raise
+    sys.path.insert(0, str(roots[0]))
+    if "google.colab" in sys.modules or any(k.startswith(("COLAB_", "KAGGLE_")) for k in os.environ):
+        wanted = {"ml_dtypes": "ml_dtypes", "matplotlib": "matplotlib"}
+        if shutil.which("nvidia-smi"):
+            wanted["cupy"] = "cupy-cuda12x"
+        missing = [pip_name for module, pip_name in wanted.items() if importlib.util.find_spec(module) is None]
+        if missing:
+            subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", *missing])
+    import gpt2enc_edu as enc
+
+# %%
+import numpy as np
+from IPython.display import Markdown, display
+
+from gpt2enc_edu import compare, exercises, plots, reference, rounding
+from gpt2enc_edu.backend import to_numpy
+from gpt2enc_edu.cuda import kernel_source
+from gpt2enc_edu.problems import random_problem
+
+xp = enc.array_module()
+print("arrays:", xp.__name__, "->", "the CUDA kernels" if xp is not np else "the NumPy mirror")
+print("gpu_status():", enc.gpu_status())
+
+# %% [markdown]
+# ## 1. Backward is a scatter-add
+#
+# The forward pass *gathered*: `out[b, t] = wte[inp[b, t]] + wpe[t]`. Each output element came from one
+# element of `wte` and one of `wpe`, so its gradient `dout[b, t]` flows back to exactly those two:
+#
+# $$\text{dwte}[\text{inp}[b, t], :] \mathrel{+}= \text{dout}[b, t, :] \qquad
+#   \text{dwpe}[t, :] \mathrel{+}= \text{dout}[b, t, :] \qquad \text{for every } (b, t)$$
+#
+# The opposite of a gather is a *scatter-add*: every position whose token is the same adds into the same
+# row of `dwte`, and the B sequences add into each row of `dwpe`. (The gradients are *added* to what is
+# already there, so gradient accumulation over micro-batches works.)
+#
+# In the example, position `bt = b·T + t` sends the gradient 10^bt, so each digit of a result shows which
+# positions reached that row. Token 3 sits at positions 0, 2 and 4.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+inp = np.array([[3, 0, 3], [1, 3, 2]], dtype=np.int32)  # B = 2, T = 3
+V, C = 5, 4
+B, T = inp.shape
+dout = np.repeat((10.0 ** np.arange(B * T)).reshape(B, T, 1), C, axis=2).astype(np.float32)
+dwte, dwpe = xp.zeros((V, C), dtype=xp.float32), xp.zeros((T, C), dtype=xp.float32)
+enc.encoder_backward(dwte, dwpe, xp.asarray(dout), xp.asarray(inp), seed=0, method="atomic")
+print("dwte[:, 0] =", to_numpy(dwte)[:, 0].astype(np.int64))
+print("dwpe[:, 0] =", to_numpy(dwpe)[:, 0].astype(np.int64))
+print("adds into each dwte row:", np.bincount(inp.ravel(), minlength=V))
+
+# %% [markdown]
+# ## 2. Why atomics
+#
+# The simple kernel gives each thread one 128-bit pack of `dout` and lets it add the pack into
+# `dwte[inp[b, t]]` and `dwpe[t]`. Threads of different positions with the same token hit the same
+# addresses at about the same time. A plain `x += d` is three steps, load, add, store: if two threads
+# both load the old value before either stores, one of the two updates is lost. `atomicAdd` makes the
+# read-modify-write indivisible: the memory system applies the adds one at a time, **in whatever order
+# they arrive**. The result is correct up to rounding, but the order is decided by the hardware at run time.
+
+# %%
+display(Markdown(f"```cuda\n{kernel_source('encoder_backward_atomic.cu')}\n```"))
+
+# %% [markdown]
+# ## 3. Float addition is not associative
+#
+# Why the order matters: every fp32 addition rounds its result to 24 significant bits. Adding a small
+# number to a large one can lose it, so which additions happen first changes the rounding. Three
+# numbers are enough (`rounding.fadd` is one GPU fp32 addition):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+a, b, c = np.float32(1.0), np.float32(2.0**-24), np.float32(2.0**-24)
+left = rounding.fadd(rounding.fadd(a, b), c)   # (a + b) + c: each tiny add rounds back to 1.0
+right = rounding.fadd(a, rounding.fadd(b, c))  # a + (b + c): the two tiny ones survive together
+for name, value in (("(a + b) + c", left), ("a + (b + c)", right)):
+    print(f"{name} = {float(value):.9f}  bits 0x{int(np.asarray(value).view(np.uint32)):08X}")
+
+# %% [markdown]
+# ## 4. Run it twice
+#
+# A GPT-2-sized batch (B = 8, T = 1024, C = 768) with token ids drawn from a Zipf law, as in text a few
+# tokens repeat hundreds of times. The vocabulary is cut to V = 8192 rows so that the CPU mirror stays fast;
+# it changes nothing below. The gradients are stored in **fp32** here, so that every difference in the
+# order of the adds can show in the bits.
+#
+# On the GPU the order comes from the hardware. The NumPy mirror imitates it: each call adds the
+# positions in a fresh random order (`np.add.at` over a random permutation). Both are run where a GPU
+# is present.
+
+# %%
+B, T, C, V = 8, 1024, 768, 8192
+p32 = random_problem(B, T, C, V, dtype=np.float32, ids="zipf", rng=np.random.default_rng(2))
+backends = {"GPU": xp, "CPU mirror": np} if xp is not np else {"CPU mirror": np}
+
+
+def run(problem, module, method):
+    """One backward on a fresh copy of the problem's gradients; returns (dwte, dwpe) as NumPy arrays."""
+    on = problem.on(module)
+    enc.encoder_backward(on.dwte, on.dwpe, on.dout, on.inp, seed=0, method=method)
+    return to_numpy(on.dwte), to_numpy(on.dwpe)
+
+
+runs32 = {name: [run(p32, module, "atomic") for _ in range(2)] for name, module in backends.items()}
+for name, (first, second) in runs32.items():
+    print(f"{name}: run 1 and run 2 bitwise equal? dwte {compare.bitwise_equal(first[0], second[0])}, "
+          f"dwpe {compare.bitwise_equal(first[1], second[1])}; "
+          f"{compare.count_bit_differences(first[0], second[0]):,} of {first[0].size:,} dwte elements differ")
+
+# %% [markdown]
+# How far apart are the two runs? `compare.ulp_difference` counts the representable fp32 values between
+# them. Most changed elements move by a few ULPs. A few move by thousands: where the gradients of a row
+# cancel to almost zero, the ULP is tiny, so the same absolute rounding error is many ULPs (those are
+# gathered in the outermost bins).
+
+# %%
+ax = plots.ulp_histogram({name: compare.ulp_difference(first[0], second[0]) for name, (first, second) in runs32.items()},
+                         limit=16, title="dwte (fp32): run 1 minus run 2")
+
+# %% [markdown]
+# Different bits, but both runs are equally right: each lies within `compare.error_bound` of the
+# float64 reference (fp32 sums of up to `max_terms` terms):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+ref32 = reference.backward(p32.dwte, p32.dwpe, p32.dout, p32.inp)
+bound32 = compare.error_bound(np.float32, ref32.dwte_abs, ref32.max_terms)
+print("most adds into one dwte row:", ref32.max_terms - 1)
+print("every run within the bound:",
+      all(compare.within_bound(dwte, ref32.dwte, bound32) for pair in runs32.values() for dwte, _ in pair))
+
+# %% [markdown]
+# With **bf16** storage, `method="atomic"` adds into fp32 copies and rounds to bf16 once at the end.
+# The rounding throws away 16 bits, and with them almost all of the order dependence: the two runs
+# differ only where an fp32 sum happens to lie next to a bf16 rounding boundary (often nowhere at all).
+# Hiding is not removing, though: nothing guarantees equal bits.
+
+# %%
+p16 = random_problem(B, T, C, V, dtype=enc.bfloat16, ids="zipf", rng=np.random.default_rng(3))
+runs16 = {method: [run(p16, xp, method) for _ in range(2)] for method in ("atomic", "atomic_bf16")}
+for method, (first, second) in runs16.items():
+    print(f"bf16 storage, method={method!r}: {compare.count_bit_differences(first[0], second[0]):,} of "
+          f"{first[0].size:,} dwte elements differ between two runs")
+
+# %% [markdown]
+# ## 5. bf16 atomics lose precision
+#
+# `method="atomic_bf16"` does what a kernel without fp32 scratch space would do: `atomicAdd` on the bf16
+# gradients themselves. Now **every** add rounds to 8 significant bits, and the rounding errors of a row
+# pile up with the number of adds (and still depend on the order, as the previous cell showed).
+#
+# The histogram compares each result with the float64 reference rounded to bf16 (in bf16 ULPs): fp32
+# accumulation is almost always exact to the last bit, bf16 atomics are off by many ULPs.
+
+# %%
+ref16 = reference.backward(p16.dwte, p16.dwpe, p16.dout, p16.inp)
+target = rounding.to_bf16_nearest(ref16.dwte.astype(np.float32))
+ax = plots.ulp_histogram({method: compare.ulp_difference(pair[0][0], target) for method, pair in runs16.items()},
+                         limit=16, title="dwte (bf16) minus the reference rounded to bf16")
+
+# %% [markdown]
+# Per row, against the number of adds the row received (the median over the row's 768 channels, which
+# ignores the few channels whose sum cancels to almost zero): one rounding per add means the error grows
+# with the number of adds, while fp32 accumulation rounds once whatever the count.
+
+# %%
+adds = np.bincount(p16.inp.ravel(), minlength=V)
+rows = np.flatnonzero(adds)
+errors = {method: np.median(np.abs(compare.ulp_difference(pair[0][0][rows], target[rows])), axis=1)
+          for method, pair in runs16.items()}
+ax = plots.error_vs_adds(adds[rows], errors, title="dwte (bf16): error per row")
+
+# %% [markdown]
+# Both stay within their own error bound (bf16 atomics get the far looser `rounding_per_add=True` bound,
+# one bf16 rounding per add):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for method, pair in runs16.items():
+    bound = compare.error_bound(enc.bfloat16, ref16.dwte_abs, ref16.max_terms,
+                                rounding_per_add=(method == "atomic_bf16"))
+    print(f"{method}: both runs within their bound:", all(compare.within_bound(dwte, ref16.dwte, bound) for dwte, _ in pair))
+
+
+# %% [markdown]
+# The next notebook removes the atomics altogether and gets the same bits on every run, and on both
+# backends.
+#
+# ## 6. Exercise 2: which rows can change?
+#
+# Not every row of `dwte` can differ between two atomic runs. Write `rows_that_can_differ(inp, V)` that
+# returns a boolean array of shape `(V,)`, True for the rows whose bits can depend on the order of the
+# atomic adds (fp32 storage). `inp` may be a NumPy or a CuPy array: use the same module for the answer.
+#
+# *Hint:* how many orders are there for `old + a`? For `old + a + b`? The check also runs the atomic
+# kernel a few times and shows which rows really changed. Solution: `gpt2enc_edu/solutions.py`.
+
+# %%
+def rows_that_can_differ(inp, V):
+    """Exercise 2: a (V,) boolean array, True where the atomic adds' order can change dwte's bits."""
+    raise NotImplementedError("Exercise 2: find the dwte rows whose result can depend on the order of the adds")
+
+
+# %%
+done = exercises.check_rows_that_can_differ(rows_that_can_differ, xp=xp)

@@ -1,0 +1,321 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 03 · The bucketed backward: the same bits every time
+#
+# **Goal:** remove the atomics from the backward pass. Every gradient element gets one owner that adds
+# its terms in a fixed order, so the result is the same on every run and on both backends. The
+# position gradient is easy. For the token gradient we group the work into *buckets*, and we will
+# see why the bucket table is sorted largest first.
+#
+# 0. Setup · 1. One owner per element · 2. The bucket table, step by step · 3. Bucket sizes in practice ·
+# 4. Why largest first · 5. The wte kernel · 6. Run it: same bits, every time · 7. Exercise 3
+
+# %%
+# 0. Setup: make `import gpt2enc_edu` work. Where the package is installed this does nothing. In a
+# checkout it puts the checkout on sys.path. On Colab or Kaggle (repository cloned or uploaded) it also
+# installs what is missing: ml_dtypes, matplotlib, and CuPy when there is a GPU.
+import importlib.util, os, shutil, subprocess, sys
+from pathlib import Path
+
+try:
+    import gpt2enc_edu as enc
+except ImportError:
+    here = Path.cwd()
+    roots = [d for d in (here.parent, here, *sorted(here.glob("*/"))) if (d / "gpt2enc_edu" / "__init__.py").is_file()]
+    if not roots:
+        raise
+    sys.path.insert(0, str(roots[0]))
+    if "google.colab" in sys.modules or any(k.startswith(("COLAB_", "KAGGLE_")) for k in os.environ):
+        wanted = {"ml_dtypes": "ml_dtypes", "matplotlib": "matplotlib"}
+        if shutil.which("nvidia-smi"):
+            wanted["cupy"] = "cupy-cuda12x"
+        missing = [pip_name for module, pip_name in wanted.items() if importlib.util.find_spec(module) is None]
+        if missing:
+            subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", *missing])
+    import gpt2enc_edu as enc
+
+# %%
+import dataclasses
+
+import numpy as np
+from IPython.display import Markdown, display
+
+import gpt2enc_edu.cuda
+from gpt2enc_edu import compare, exercises, layout, mirror, plots, reference, schedule, tokens
+from gpt2enc_edu.backend import to_numpy
+from gpt2enc_edu.cuda import kernel_source
+from gpt2enc_edu.problems import random_problem
+
+xp = enc.array_module()
+print("arrays:", xp.__name__, "->", "the CUDA kernels" if xp is not np else "the NumPy mirror")
+print("gpu_status():", enc.gpu_status())
+
+# %% [markdown]
+# ## 1. One owner per element
+#
+# Atomics were needed because many threads added into the same element. Turn it around: give every
+# gradient element **one** thread that reads all of its terms and adds them itself, in an order fixed
+# in advance. No two threads write the same element, no atomics, and the same order on every run.
+#
+# For `dwpe` this is easy: element `dwpe[t, c]` receives exactly B terms, `dout[0, t, c]`, …,
+# `dout[B-1, t, c]`. One thread per 128-bit pack of `dwpe` loops over `b = 0, 1, …, B-1`, adds the
+# old value and rounds once:
+
+# %%
+display(Markdown(f"```cuda\n{kernel_source('encoder_backward_wpe.cu')}\n```"))
+
+# %% [markdown]
+# For `dwte` it is harder: row `ix` receives one term per occurrence of token `ix`, which may be none or
+# thousands, anywhere in the batch. A thread cannot search the batch for its token, so we first **group
+# the positions by token**: a *bucket* lists the positions of one token, and one thread block sums
+# them.
+#
+# ## 2. The bucket table, step by step
+#
+# A toy batch (B = 2, T = 4) and C = 512 bf16 channels. The steps below build the table with plain
+# Python on purpose, to show the idea; the package's `make_buckets` does the same with vectorised
+# NumPy (or with one kernel on the GPU), and that is the table the kernel uses.
+#
+# **Step 1: the key.** Position `bt = b·T + t` carries token `inp[b, t]`; the token is the key.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+inp = np.array([[5, 2, 5, 7], [2, 9, 5, 2]], dtype=np.int32)
+C, dtype = 512, enc.bfloat16
+flat = inp.ravel()
+print("bt:   ", np.arange(flat.size))
+print("token:", flat)
+
+# %% [markdown]
+# **Step 2: group by key.** Collect the positions of each token, in ascending `bt`: this fixes the
+# order in which the token's gradients will be added. The size of a group is the number of adds.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+groups = {int(token): np.flatnonzero(flat == token).tolist() for token in np.unique(flat)}
+for token, positions in groups.items():
+    print(f"token {token}: positions {positions}, size {len(positions)}")
+
+# %% [markdown]
+# **Step 3: largest first.** Sort the groups by size, descending, ties broken by token id (section 4
+# shows why the big ones go first).
+#
+# **Step 4: channel groups.** One block handles 256 bf16 channels (a warp of 8-channel packs; 128 for
+# fp32), so a row of C = 512 channels becomes two buckets, `(token, channel group 0)` and
+# `(token, channel group 1)`, which share the same positions. Splitting long rows gives more blocks,
+# and so more parallel work.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+order = sorted(groups, key=lambda token: (-len(groups[token]), token))
+n_groups = layout.num_c_groups(C, dtype)
+toy = [(token, g, groups[token]) for token in order for g in range(n_groups)]
+print(f"{n_groups} channel groups of {layout.c_per_group(dtype)}")
+for bucket, (token, g, positions) in enumerate(toy):
+    first = g * layout.c_per_group(dtype)
+    print(f"bucket {bucket}: token {token}, channels {first}..{first + layout.c_per_group(dtype) - 1}, "
+          f"positions {positions}")
+
+# %% [markdown]
+# **The real table.** `make_buckets` stores the same thing in two int32 arrays, ready for the GPU:
+# `info[bucket] = (start, size, token, channel group)`, and `bt_list`, all positions one group after
+# another, so that bucket `k` reads `bt_list[start : start + size]`. (The `units` array serves the
+# package's other deterministic kernel, `method="chunked"`, which notebook 05 times.)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+table = enc.make_buckets(inp, C, dtype)
+print(f"{table.num_buckets} buckets of {table.c_per_group} channels over {table.bt_list.size} positions")
+print("info (start, size, token, group):\n", table.info)
+print("bt_list:", table.bt_list)
+same = [(int(tok), int(g), table.bt_list[s : s + n].tolist()) for s, n, tok, g in table.info] == toy
+print("the toy steps give the same buckets in the same order:", same)
+
+# %% [markdown]
+# ## 3. Bucket sizes in practice
+#
+# How big do buckets get? It depends on the text. One GPT-2 micro-batch (B = 8, T = 1024, C = 768 bf16,
+# so 3 channel groups) with ids drawn uniformly, from a Zipf law, and from real text (the package's
+# sample of real GPT-2 token ids, see `docs/token_sample.md`). Below, one point per token: its
+# bucket size against its rank.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+B, T, C = 8, 1024, 768
+tables = {kind: enc.make_buckets(tokens.make_ids(kind, B, T, seed=0), C, enc.bfloat16) for kind in tokens.KINDS}
+for kind, t in tables.items():
+    print(f"{kind:8s}: {t.num_buckets:6d} buckets ({t.num_buckets // t.num_c_groups} tokens x {t.num_c_groups} "
+          f"groups), largest {t.sizes[0]:4d}, sizes 1: {int((t.sizes == 1).sum()) // t.num_c_groups} tokens")
+
+# %%
+ax = plots.bucket_rank_size({kind: t.sizes[t.c_groups == 0] for kind, t in tables.items()},
+                            title="B=8, T=1024: bucket size by rank")
+
+# %% [markdown]
+# Uniform ids give thousands of tiny buckets. Text follows a power law (a straight line on log-log
+# axes): a few tokens (`","`, `" the"`, `"\n"`) fill buckets of hundreds of positions, and most tokens
+# occur once or twice. A block's work grows with its bucket's size, so the blocks of one launch
+# differ in length by a factor of several hundred.
+#
+# ## 4. Why largest first
+#
+# The GPU runs a fixed number of blocks at once. Each multiprocessor (SM) holds a few, and when one ends
+# the next block of the launch takes its place, in launch order. `gpt2enc_edu.schedule` simulates exactly
+# that: blocks of cost ∝ bucket size, each given to the slot that frees first. The run ends when the
+# **last** block ends. If a long block starts late, every other slot idles while it finishes.
+#
+# A toy: 48 buckets of one short Zipf sequence on a GPU with 4 slots, launched in table order (largest
+# first), in a random order, and smallest first.
+
+# %%
+toy_table = enc.make_buckets(tokens.make_ids("zipf", 1, 96, V=400, seed=2), 256, enc.bfloat16)
+toy_runs = schedule.compare_orders(schedule.block_costs(toy_table), num_slots=4, seed=0)
+fig = plots.gantt_comparison(toy_runs, title="48 buckets on 4 slots (colour: bucket size)")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for name, run in toy_runs.items():
+    print(f"{name:9s}: makespan {run.makespan:4.0f}, lower bound {run.lower_bound:4.0f}, "
+          f"slots busy {100 * run.efficiency:5.1f}% of the time")
+
+# %% [markdown]
+# Largest first reaches the lower bound here: the big bucket starts at once and the small ones fill the
+# gaps around it. Smallest first saves the big bucket for last and it runs alone. (Greedy largest-first
+# scheduling is never worse than 4/3 of the best possible schedule; an arbitrary order can take almost
+# twice as long.)
+#
+# At the scale of an H200 (132 SMs, 8 blocks of 256 threads each = 1056 slots) and one GPT-2 micro-batch,
+# with two cost models: a block costs its size, or its size plus a fixed 8 (the start-up work every
+# block does: read the table, load and store `dwte`, round).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+slots = schedule.H200_SM_COUNT * schedule.WTE_BLOCKS_PER_SM
+print(f"{slots} slots; makespan / lower bound for each launch order")
+for per_block in (0, 8):
+    for kind, t in tables.items():
+        runs = schedule.compare_orders(schedule.block_costs(t, per_block=per_block), slots, seed=0)
+        ratios = ", ".join(f"{name} {run.makespan / run.lower_bound:.3f}" for name, run in runs.items())
+        print(f"cost = size + {per_block}, {kind:8s}: lower bound {runs['table'].lower_bound:6.1f}; {ratios}")
+
+# %% [markdown]
+# Largest first stays within a few percent of the bound, the other orders pay for a tail. The model also
+# shows where the time goes with real text: the lower bound is the largest bucket itself, which is
+# longer than everything else spread over the 1056 slots. However cleverly the blocks are ordered, one
+# block summing the most frequent token sets the kernel's time. (That is what the package's
+# `method="chunked"` kernel changes: it cuts buckets into chunks of 32 items. Notebook 05 times both.)
+#
+# ## 5. The wte kernel
+#
+# One block of 256 threads (8 warps) per bucket. Lane `l` of every warp owns the same 8 channels (one
+# pack) of the bucket's channel group. Warp `w` adds items `w, w + 8, w + 16, …` of the bucket, so the
+# 8 warps share the positions; then warp 0 adds the partial sums of warps 1, 2, …, 7 in that order
+# (through shared memory), adds the old `dwte` value and rounds once. Every sum has a fixed order.
+#
+# The rounding to bf16 is stochastic (notebook 04), and its random numbers are keyed by the **element**
+# `(token, channel)` and the seed, not by the block or the thread, so the order in which blocks run
+# cannot change them either.
+
+# %%
+display(Markdown(f"```cuda\n{kernel_source('encoder_backward_wte_bucketed.cu')}\n```"))
+
+# %% [markdown]
+# ## 6. Run it: same bits, every time
+#
+# A GPT-2-sized batch (B = 8, T = 1024, C = 768, Zipf ids, V cut to 8192 rows so the CPU mirror stays
+# quick), bf16 and fp32 storage, `method="bucketed"`, on the active backend, twice.
+
+# %%
+B, T, C, V = 8, 1024, 768, 8192
+problems = {name: random_problem(B, T, C, V, dtype=dtype, ids="zipf", rng=np.random.default_rng(4))
+            for name, dtype in (("bf16", enc.bfloat16), ("fp32", np.float32))}
+
+
+def backward(problem, module, seed, method="bucketed"):
+    """One backward on a fresh copy of the problem's gradients; returns (dwte, dwpe) as NumPy arrays."""
+    on = problem.on(module)
+    enc.encoder_backward(on.dwte, on.dwpe, on.dout, on.inp, seed=seed, method=method)
+    return to_numpy(on.dwte), to_numpy(on.dwpe)
+
+
+results = {name: [backward(p, xp, seed=1234) for _ in range(2)] for name, p in problems.items()}
+print(enc.last_backend())
+
+# %% [markdown]
+# The checksums below are the same on the GPU and in the CPU mirror: this cell's stored output comes from
+# a run on an H200, and the test suite re-runs it on a CPU and compares. `bitwise_equal(…, mirror)`
+# compares with the mirror directly (on a machine without a GPU it compares the mirror with itself).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for name, p in problems.items():
+    (dwte1, dwpe1), (dwte2, dwpe2) = results[name]
+    mirror_dwte, mirror_dwpe = backward(p, np, seed=1234)
+    ref = reference.backward(p.dwte, p.dwpe, p.dout, p.inp)
+    print(f"{name}: checksums dwte {compare.checksum(dwte1)}, dwpe {compare.checksum(dwpe1)}")
+    print(f"  run 1 == run 2: {compare.bitwise_equal(dwte1, dwte2) and compare.bitwise_equal(dwpe1, dwpe2)}; "
+          f"== NumPy mirror: {compare.bitwise_equal(dwte1, mirror_dwte) and compare.bitwise_equal(dwpe1, mirror_dwpe)}; "
+          f"within the bound of the float64 reference: "
+          f"{compare.within_bound(dwte1, ref.dwte, compare.error_bound(p.dtype, ref.dwte_abs, ref.max_terms))}")
+
+# %% [markdown]
+# Two more facts, checked on the bf16 problem:
+#
+# * the **seed** is the only randomness: another seed changes the stochastic rounding of bf16 (hence
+#   the bits), the same seed never does;
+# * the **order of the buckets does not matter**: each bucket writes its own elements, and their rounding
+#   is keyed by element. Below, the wte kernel (or its mirror) is handed the same table with its buckets
+#   shuffled. This calls the backend module directly, bypassing the public API, to pass a modified table.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+p = problems["bf16"]
+other_seed = backward(p, xp, seed=4321)
+print("seed 4321 gives other bits than seed 1234:", not compare.bitwise_equal(other_seed[0], results["bf16"][0][0]))
+
+runner = mirror if xp is np else gpt2enc_edu.cuda
+table = enc.make_buckets(p.inp, C, p.dtype)
+# (the table's `units` list belongs to the chunked kernel; the bucketed kernel reads only info and bt_list)
+shuffled = dataclasses.replace(table, info=table.info[np.random.default_rng(5).permutation(table.num_buckets)])
+on = p.on(xp)
+runner.encoder_backward_wte_bucketed(on.dwte, shuffled, on.dout, C, 1234)
+print("shuffled bucket order, same dwte bits:", compare.bitwise_equal(on.dwte, results["bf16"][0][0]))
+
+
+# %% [markdown]
+# Compare this with notebook 02: the atomic kernel's bits changed from run to run, these never do, and
+# the GPU and the CPU mirror agree to the last bit.
+#
+# ## 7. Exercise 3: read the bucket table
+#
+# Which block reads `dout[b, t, c]`? Write `locate(table, inp, b, t, c)` returning `(bucket, item)`: the
+# index of the bucket in `table` that reads that gradient, and its place in the bucket's list of
+# positions (`table.bt_list[start + item] == b * T + t`). `table` comes from `enc.make_buckets(inp, C,
+# dtype)` with a NumPy `inp`; the table is built on the CPU here (in the package too).
+#
+# *Hint:* the bucket's token is `inp[b, t]` and its channel group is `c // table.c_per_group`. The
+# table's `token_ids`, `c_groups`, `starts` and `sizes` properties are columns of `info`. Solution:
+# `gpt2enc_edu/solutions.py`.
+
+# %%
+def locate(table, inp, b, t, c):
+    """Exercise 3: (bucket, item) of the bucket of ``table`` that reads dout[b, t, c]."""
+    raise NotImplementedError("Exercise 3: find the bucket and the item that read dout[b, t, c]")
+
+
+# %%
+done = exercises.check_locate(locate)

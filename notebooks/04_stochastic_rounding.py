@@ -1,0 +1,285 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 04 · Stochastic rounding, deterministically
+#
+# **Goal:** see why bf16 gradients need stochastic rounding (rounding to nearest silently drops small
+# updates), and how the kernels round stochastically and still give the same bits on every run and
+# on both backends: a stateless hash (SquirrelNoise5) of the element's position, and a 16-bit
+# threshold.
+#
+# 0. Setup · 1. bf16 drops small updates · 2. Drift: many small additions · 3. SquirrelNoise5 ·
+# 4. The 16-bit threshold trick · 5. Why key the noise by element and seed · 6. Through the real kernels ·
+# 7. Exercise 4
+
+# %%
+# 0. Setup: make `import gpt2enc_edu` work. Where the package is installed this does nothing. In a
+# checkout it puts the checkout on sys.path. On Colab or Kaggle (repository cloned or uploaded) it also
+# installs what is missing: ml_dtypes, matplotlib, and CuPy when there is a GPU.
+import importlib.util, os, shutil, subprocess, sys
+from pathlib import Path
+
+try:
+    import gpt2enc_edu as enc
+except ImportError:
+    here = Path.cwd()
+    roots = [d for d in (here.parent, here, *sorted(here.glob("*/"))) if (d / "gpt2enc_edu" / "__init__.py").is_file()]
+    if not roots:
+        raise
+    sys.path.insert(0, str(roots[0]))
+    if "google.colab" in sys.modules or any(k.startswith(("COLAB_", "KAGGLE_")) for k in os.environ):
+        wanted = {"ml_dtypes": "ml_dtypes", "matplotlib": "matplotlib"}
+        if shutil.which("nvidia-smi"):
+            wanted["cupy"] = "cupy-cuda12x"
+        missing = [pip_name for module, pip_name in wanted.items() if importlib.util.find_spec(module) is None]
+        if missing:
+            subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", *missing])
+    import gpt2enc_edu as enc
+
+# %%
+import numpy as np
+from IPython.display import Markdown, display
+
+from gpt2enc_edu import compare, exercises, plots, rounding
+from gpt2enc_edu.backend import to_numpy
+from gpt2enc_edu.cuda import kernel_source
+
+xp = enc.array_module()
+print("arrays:", xp.__name__, "->", "the CUDA kernels" if xp is not np else "the NumPy mirror")
+print("gpu_status():", enc.gpu_status())
+
+# %% [markdown]
+# ## 1. bf16 drops small updates
+#
+# bf16 is the top half of an fp32 number: the same 8 exponent bits, but 7 stored mantissa bits instead
+# of 23. Between 1 and 2 its values are 2⁻⁷ = 0.0078125 apart. Add 1e-4 to 1.0 in fp32, round to the
+# nearest bf16, and the update is gone: 1.0001 is much closer to 1.0 than to the next bf16 value.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+one = np.float32(1.0)
+total = rounding.fadd(one, np.float32(1e-4))  # fp32 keeps it
+stored = rounding.to_bf16_nearest(total)      # bf16, round to nearest even: lost
+print(f"fp32: {float(total):.7f}  bits 0x{int(np.asarray(total).view(np.uint32)):08X}")
+print(f"bf16: {float(stored):.7f}  bits 0x{int(np.asarray(stored).view(np.uint16)):04X}")
+print(f"next bf16 above 1.0: {1 + 2**-7}")
+
+
+# %% [markdown]
+# One lost update is harmless. But a weight, or a gradient accumulated over micro-batches, receives
+# updates much smaller than its own ulp **all the time**, and round-to-nearest loses every one of them,
+# always in the same direction.
+#
+# ## 2. Drift: many small additions
+#
+# Start at 1.0 and add 1e-4 ten thousand times; the exact answer is 2.0. Three ways of storing the running
+# value: fp32; bf16 with round-to-nearest; bf16 with stochastic rounding, which rounds **up** with
+# probability equal to how far the value lies towards the upper neighbour. On average stochastic
+# rounding adds exactly what was added. Eight independent runs (eight elements) show its spread.
+
+# %%
+def accumulate_bf16(increment, steps, runs, seed_of_step):
+    """Add ``increment`` to 1.0 ``steps`` times, storing bf16 with stochastic rounding after every add.
+    Run r is element r (its own random numbers); returns the values, shape (runs, steps + 1)."""
+    element = np.arange(runs)
+    values = np.empty((runs, steps + 1), np.float32)
+    values[:, 0] = x = rounding.to_bf16_nearest(np.ones(runs))
+    for step in range(1, steps + 1):
+        x = rounding.stochastic_round_bf16(rounding.fadd(rounding.to_float(x), increment), element, 0,
+                                           seed=seed_of_step(step))
+        values[:, step] = x
+    return values
+
+
+steps, increment, runs = 10_000, np.float32(1e-4), 8
+stochastic = accumulate_bf16(increment, steps, runs, seed_of_step=lambda step: step)  # a fresh seed per step
+fp32, nearest = np.empty(steps + 1, np.float32), np.empty(steps + 1, np.float32)
+fp32[0] = x32 = np.float32(1.0)
+nearest[0] = xn = rounding.to_bf16_nearest(1.0)
+for step in range(1, steps + 1):
+    fp32[step] = x32 = rounding.fadd(x32, increment)
+    nearest[step] = xn = rounding.to_bf16_nearest(rounding.fadd(rounding.to_float(xn), increment))
+
+# %%
+ax = plots.rounding_drift({"bf16, round to nearest": nearest, "bf16, stochastic": stochastic, "fp32": fp32},
+                          exact=1.0 + np.arange(steps + 1) * 1e-4, title="1.0 + 10000 additions of 1e-4")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(f"after {steps} additions (exact 2.0):")
+print(f"  fp32                    {float(fp32[-1]):.6f}")
+print(f"  bf16, round to nearest  {float(nearest[-1]):.6f}")
+print(f"  bf16, stochastic        mean of {runs} runs {float(stochastic[:, -1].mean()):.6f}, "
+      f"runs {np.round(stochastic[:, -1].astype(np.float64), 4).tolist()}")
+
+# %% [markdown]
+# Round-to-nearest never moves. Stochastic rounding follows the exact line (fp32 lies on it); each run
+# wanders around it by a few bf16 steps, the price of storing only 8 significant bits, but without bias.
+#
+# ## 3. SquirrelNoise5: random numbers without state
+#
+# A GPU kernel has no convenient random generator to draw from: a generator has state, and thousands
+# of threads sharing it would need coordination (and would draw in a timing-dependent order).
+# SquirrelNoise5 is a *hash*: a few multiplications, additions and shifts turn `(position, seed)` into 32
+# bits that look random. The same inputs give the same bits, on any thread, on any device, in any order.
+# `noise_2d(x, y, seed)` folds a 2-D position into one. Here is the code the kernels use, read from
+# `kernels/common.cuh`:
+
+# %%
+source = kernel_source("common.cuh")
+start = source.index("// Random numbers without state")
+display(Markdown(f"```cuda\n{source[start:]}\n```"))
+
+# %% [markdown]
+# `gpt2enc_edu.rounding` computes the same thing in wrapping `np.uint32` arithmetic, so the mirror draws
+# the GPU's numbers exactly:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for seed in (0, 1):
+    values = rounding.squirrel_noise5(np.arange(4), seed)
+    print(f"seed {seed}: squirrel_noise5(0..3) =", " ".join(f"0x{int(v):08X}" for v in values))
+
+# %% [markdown]
+# Neighbouring positions get unrelated numbers, and the low 16 bits, the part the rounding uses, are
+# spread evenly:
+
+# %%
+thresholds = rounding.noise_2d(np.arange(1 << 16), 0, 2024) & 0xFFFF
+fig = plots.noise_uniformity(thresholds)
+
+# %% [markdown]
+# ## 4. The 16-bit threshold trick
+#
+# bf16 keeps the top 16 bits of an fp32 value and drops the low 16. Read those 16 dropped bits as a number
+# `dropped` between 0 and 65535: it says how far the value lies from the lower bf16 neighbour
+# (towards zero) to the upper one, in steps of 1/65536. Draw a random 16-bit `threshold`, then
+#
+# * if `dropped > threshold`: set all 16 low bits to 1, and round-to-nearest rounds **up** (away from zero);
+# * otherwise: clear them, and the value is exactly the lower neighbour (truncation).
+#
+# The first happens for `dropped` of the 65536 possible thresholds, so the value rounds up with
+# probability `dropped / 65536`: its position between the neighbours. Setting the bits and letting
+# the hardware's round-to-nearest do the rest handles carries into the exponent, infinities and NaNs
+# without any special case. Step by step for one value, six elements and seed 7:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+x = np.float32(1.0 + 0.3 * 2**-7)  # 30% of the way from 1.0 to the next bf16 value
+dropped = int(np.asarray(x).view(np.uint32)) & 0xFFFF
+print(f"x = {float(x):.7f}, bits 0x{int(np.asarray(x).view(np.uint32)):08X}, dropped = {dropped} "
+      f"({dropped / 65536:.3f} of the way up)")
+elements = np.arange(6)
+threshold = rounding.noise_2d(elements, 0, 7) & 0xFFFF
+result = rounding.stochastic_round_bf16(np.full(6, x), elements, 0, 7)
+for e, th, r in zip(elements, threshold, result):
+    print(f"element {e}: threshold {int(th):5d} -> {'up  ' if dropped > th else 'down'} -> bf16 {float(r):.7f}")
+
+# %% [markdown]
+# Over many elements, the frequency of rounding up follows the position between the neighbours:
+
+# %%
+fractions = np.linspace(0, 1, 21)[:-1]
+draws = np.arange(1 << 16)
+observed = [float((rounding.stochastic_round_bf16(np.full(draws.size, np.float32(1 + f * 2**-7)), draws, 0, 99)
+                   > 1.0).mean()) for f in fractions]
+ax = plots.round_up_probability(fractions, observed, title="1 + f * 2^-7, 65536 draws each")
+
+# %% [markdown]
+# ## 5. Why key the noise by element and seed
+#
+# The kernels draw the threshold of element `e` of a gradient tensor as `noise_2d(e, stream, seed)`:
+#
+# * **the element's flat index**, not the thread's or the block's: which thread writes an element
+#   depends on the launch shape and on the bucket table, and must not change the result. Keyed by the
+#   element, the GPU and the mirror draw the same number, and bucket order cannot matter (notebook 03);
+# * **a stream per tensor** (`dwte` 0, `dwpe` 1), so that element 5 of `dwte` and element 5 of `dwpe`
+#   do not share their random numbers;
+# * **a fresh seed every step**. With a fixed seed each element keeps its threshold forever, and the
+#   rounding stops being random: an element whose threshold lies above the update's `dropped` bits never
+#   rounds up (stuck, like round-to-nearest), one whose threshold lies below always rounds up (a full
+#   bf16 step for every small update). With updates of a quarter of a bf16 step (2⁻⁹), about a quarter
+#   of the elements run away (until the bf16 steps outgrow the update), the rest never move. The mean
+#   is biased either way:
+
+# %%
+quarter, steps_q = np.float32(2.0**-9), 512
+fresh = accumulate_bf16(quarter, steps_q, runs, seed_of_step=lambda step: step)
+fixed = accumulate_bf16(quarter, steps_q, runs, seed_of_step=lambda step: 0)
+ax = plots.rounding_drift({"fresh seed every step": fresh, "the same seed every step": fixed},
+                          exact=1.0 + np.arange(steps_q + 1) * 2.0**-9, title="1.0 + 512 additions of 2^-9")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("after 512 additions of 2^-9 (exact 2.0), the 8 runs:")
+print("  fresh seed every step:", fresh[:, -1].astype(np.float64).tolist())
+print("  the same seed        :", fixed[:, -1].astype(np.float64).tolist())
+
+# %% [markdown]
+# ## 6. Through the real kernels
+#
+# The same experiment with `encoder_backward` itself, on the active backend: one token at one position
+# (B = T = 1, V = 1, C = 64 bf16 channels), `dwte` starting at 1.0, and a gradient of 1e-3 every step,
+# 1000 steps. `method="bucketed"` rounds stochastically with the step as seed; `method="atomic"` adds in
+# fp32 and rounds to nearest.
+
+# %%
+steps_k, C = 1000, 64
+grad = np.float32(1e-3).astype(enc.bfloat16)  # 0.00099945..., the nearest bf16
+dout = xp.asarray(np.full((1, 1, C), grad, dtype=enc.bfloat16))
+inp = xp.asarray(np.zeros((1, 1), dtype=np.int32))
+curves, finals = {}, {}
+for method in ("atomic", "bucketed"):
+    dwte = xp.asarray(np.ones((1, C), dtype=enc.bfloat16))
+    dwpe = xp.asarray(np.zeros((1, C), dtype=enc.bfloat16))
+    means = [1.0]
+    for step in range(1, steps_k + 1):
+        enc.encoder_backward(dwte, dwpe, dout, inp, seed=step, method=method)
+        means.append(float(to_numpy(dwte).astype(np.float64).mean()))
+    curves[f"method={method!r}"], finals[method] = np.array(means), to_numpy(dwte)
+print(enc.last_backend())
+ax = plots.rounding_drift(curves, exact=1.0 + np.arange(steps_k + 1) * float(grad),
+                          title=f"dwte (bf16), {steps_k} backward steps of 1e-3")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for method, dwte in finals.items():
+    print(f"{method:8s}: mean of dwte after {steps_k} steps {dwte.astype(np.float64).mean():.5f}, "
+          f"checksum {compare.checksum(dwte)}")
+
+
+# %% [markdown]
+# The bucketed kernel tracks the exact sum, the atomic one (round to nearest) stays at 1.0. The
+# checksum of the bucketed result is the same on the GPU and in the CPU mirror: stochastic, yet
+# reproducible.
+#
+# ## 7. Exercise 4: the probability of rounding away from zero
+#
+# Write `away_from_zero_probability(x)`: for each fp32 value of the array `x` (NumPy or CuPy), the
+# probability that stochastic rounding stores the bf16 neighbour farther from zero. Values that bf16
+# holds exactly must get 0. The check draws the package's rounding 65536 times per value and compares.
+#
+# *Hint:* `x.view(xp.uint32)` gives the bits; which bits does bf16 drop, and what does the threshold
+# compare them with? Solution: `gpt2enc_edu/solutions.py`.
+
+# %%
+def away_from_zero_probability(x):
+    """Exercise 4: P(stochastic rounding to bf16 moves each fp32 value of x away from zero)."""
+    raise NotImplementedError("Exercise 4: compute the probability of rounding away from zero")
+
+
+# %%
+done = exercises.check_away_from_zero_probability(away_from_zero_probability, xp=xp)

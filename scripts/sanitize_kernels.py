@@ -1,0 +1,305 @@
+#!/usr/bin/env python3
+"""Launch every encoder kernel once per case, for compute-sanitizer: the driver ``scripts/sanitize.sh`` runs.
+
+    python3 scripts/sanitize_kernels.py --dry-run          # list the cases (no GPU needed)
+    python3 scripts/sanitize_kernels.py                    # run them all (needs CuPy and a GPU)
+    python3 scripts/sanitize_kernels.py --only 'C776'      # a subset, by regular expression on the name
+    bash scripts/sanitize.sh                               # all of it under memcheck/racecheck/synccheck/initcheck
+
+A case is a name and a function that launches kernels and checks what they wrote: the forward, every backward
+method of ``validate.METHODS`` (atomic fp32, atomic bf16, and the deterministic methods, whose wpe, bucketing
+and wte kernels run with the bucket table built both on the CPU and on the GPU), in both storage dtypes, over
+ordinary and odd shapes (B=1, T=1, C=8, C=776, one-item buckets, a bucket of thousands of items). Every call
+goes through the public API, so a kernel the package adds later behind a method is covered with no change
+here; a case for something else is one ``register(Case(...))`` away (see ``--extra``).
+
+Results are checked too (deterministic kernels bitwise against the NumPy mirror, atomics within the error
+bound of the float64 reference), so a run under a sanitizer also shows the kernels computed the right thing.
+
+Memory: by default the driver turns CuPy's memory pool off (``cupy.cuda.set_allocator(None)``), so every
+array is its own ``cudaMalloc``. With the pool, one big allocation holds many arrays: memcheck could not see an
+overrun from one array into its neighbour, and initcheck could not see a read of a fresh array whose memory
+the pool had initialised for an earlier one. ``--allocator pool`` keeps the pool (for comparison).
+
+The last line a successful run prints starts with ``DONE_MARKER``; ``--summarize TOOL LOG`` reads a sanitizer
+log and prints the one-line verdict that ``sanitize.sh`` shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import re
+import sys
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # the checkout's package, also when run as scripts/sanitize_kernels.py
+
+import numpy as np  # noqa: E402
+
+import gpt2enc_edu as enc  # noqa: E402
+from gpt2enc_edu import compare, reference, validate  # noqa: E402
+from gpt2enc_edu.problems import count_poison, poisoned, random_problem  # noqa: E402
+from gpt2enc_edu.rounding import bfloat16  # noqa: E402
+
+DONE_MARKER = "SANITIZE-DRIVER-DONE"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One named piece of GPU work.
+
+    ``run(check)`` launches the kernels (importing CuPy itself) and, when ``check`` is true, returns ``None``
+    if the results are right or a sentence saying what is wrong. It must leave no work pending that a later
+    case relies on; the driver synchronizes the device after every case.
+    """
+
+    name: str
+    run: Callable[[bool], str | None]
+    description: str = ""
+
+
+#: The cases, in the order they run. Add more with ``register``.
+CASES: list[Case] = []
+
+
+def register(case: Case) -> Case:
+    """Append ``case`` to ``CASES``; names must be unique."""
+    if any(c.name == case.name for c in CASES):
+        raise ValueError(f"a sanitizer case named {case.name!r} already exists")
+    CASES.append(case)
+    return case
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the encoder's cases
+
+DTYPES = {"bf16": np.dtype(bfloat16), "fp32": np.dtype(np.float32)}
+#: name: (B, T, C, V, maxT, ids). Small on purpose: every launch runs instrumented, four times over.
+SHAPES = {
+    "B1-T1-C8": (1, 1, 8, 5, 1, "uniform"),
+    "ordinary": (4, 64, 768, 1000, 64, "zipf"),
+    "B1-C776": (1, 37, 776, 300, 40, "uniform"),
+    "T1": (3, 1, 64, 1000, 4, "uniform"),
+    "one-item-buckets": (2, 3, 264, 50257, 3, "uniform"),
+    "thousands-per-bucket": (8, 1024, 64, 2, 1024, "uniform"),
+}
+DETERMINISTIC = tuple(m for m in ("bucketed", "chunked") if m in validate.METHODS)
+
+
+def _bucketings() -> tuple[str | None, ...]:
+    """Where the bucket table can be built: both places if the API offers the choice."""
+    if "bucketing" in inspect.signature(enc.encoder_backward).parameters:
+        return ("cpu", "gpu")
+    return (None,)
+
+
+def _problem(name: str, shape, dtype):
+    B, T, C, V, maxT, ids = shape
+    return random_problem(B, T, C, V, maxT, dtype=dtype, ids=ids, rng=np.random.default_rng(zlib.crc32(name.encode())))
+
+
+def _forward_case(name: str, shape, dtype) -> Case:
+    def run(check: bool) -> str | None:
+        import cupy
+
+        p = _problem(name, shape, dtype)
+        g = p.on(cupy)
+        out = poisoned((p.B, p.T, p.C), dtype, cupy)
+        enc.encoder_forward(g.inp, g.wte, g.wpe, out=out)
+        cupy.cuda.Device().synchronize()
+        if not check:
+            return None
+        if count_poison(out):
+            return f"{count_poison(out)} output elements never written"
+        expected = enc.encoder_forward(p.inp, p.wte, p.wpe)
+        if not compare.bitwise_equal(out, expected):
+            return f"{compare.count_bit_differences(out, expected)} elements differ from the mirror"
+        return None
+
+    return Case(name, run, "encoder_forward_kernel")
+
+
+def _backward_case(name: str, shape, dtype, method: str, bucketing: str | None) -> Case:
+    extra = {} if bucketing is None else {"bucketing": bucketing}
+
+    def run(check: bool) -> str | None:
+        import cupy
+
+        p = _problem(name, shape, dtype)
+        seed = zlib.crc32(name.encode()) ^ 0x5EED
+        g = p.on(cupy)
+        enc.encoder_backward(g.dwte, g.dwpe, g.dout, g.inp, seed=seed, method=method, **extra)
+        cupy.cuda.Device().synchronize()
+        if not check:
+            return None
+        if method in DETERMINISTIC:
+            cpu = p.on(np)
+            enc.encoder_backward(cpu.dwte, cpu.dwpe, cpu.dout, cpu.inp, seed=seed, method=method)
+            for label, got, want in (("dwte", g.dwte, cpu.dwte), ("dwpe", g.dwpe, cpu.dwpe)):
+                if not compare.bitwise_equal(got, want):
+                    return f"{label}: {compare.count_bit_differences(got, want)} elements differ from the mirror"
+            return None
+        ref = reference.backward(p.dwte, p.dwpe, p.dout, p.inp)
+        per_add = method == "atomic_bf16"
+        for label, got, want, magnitude in (("dwte", g.dwte, ref.dwte, ref.dwte_abs),
+                                            ("dwpe", g.dwpe, ref.dwpe, ref.dwpe_abs)):
+            bound = compare.error_bound(dtype, magnitude, ref.max_terms, rounding_per_add=per_add)
+            if not compare.within_bound(got, want, bound):
+                return f"{label}: outside the error bound of the float64 reference"
+        return None
+
+    atomic_fp32 = "atomic fp32 kernel" + (" (on fp32 copies of the bf16 gradients)" if dtype.itemsize == 2 else "")
+    kernels = {"atomic": atomic_fp32, "atomic_bf16": "atomic bf16 kernel"}.get(
+        method, f"wpe kernel + {method} wte kernel, bucket table built on the {bucketing or 'default side'}")
+    return Case(name, run, kernels)
+
+
+def default_cases() -> list[Case]:
+    """Every op x dtype x shape the encoder offers (building the list needs no GPU)."""
+    cases = []
+    for shape_name, shape in SHAPES.items():
+        for dtype_name, dtype in DTYPES.items():
+            C = shape[2]
+            if C % (16 // dtype.itemsize):
+                continue
+            cases.append(_forward_case(f"forward/{dtype_name}/{shape_name}", shape, dtype))
+            for method in validate.METHODS:
+                if method == "atomic_bf16" and dtype_name != "bf16":
+                    continue
+                bucketings = _bucketings() if method in DETERMINISTIC else (None,)
+                for bucketing in bucketings:
+                    op = f"backward-{method}" + (f"-{bucketing}" if bucketing else "")
+                    cases.append(_backward_case(f"{op}/{dtype_name}/{shape_name}", shape, dtype, method, bucketing))
+    return cases
+
+
+for _case in default_cases():
+    register(_case)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# reading a sanitizer log
+
+
+def summarize(tool: str, text: str, exit_code: int | None = None) -> tuple[str, bool]:
+    """One line for ``tool``'s log ``text`` (e.g. ``memcheck: 0 errors``) and whether the run was clean.
+
+    Clean means: the sanitizer printed its summary, it counts 0 errors (racecheck: 0 hazards, warnings
+    included), the driver reached its last line with no wrong result, and the exit code (if given) is 0.
+    """
+    error_counts = [int(n) for n in re.findall(r"ERROR SUMMARY:\s*(\d+) errors?", text)]
+    races = [tuple(map(int, r)) for r in
+             re.findall(r"RACECHECK SUMMARY:\s*(\d+) hazards? displayed \((\d+) errors?, (\d+) warnings?\)", text)]
+    done = re.search(rf"^{DONE_MARKER}: (\d+) cases, (\d+) wrong", text, re.M)
+    if tool == "racecheck" and races:
+        errors = sum(e + w for _, e, w in races)
+        detail = " ({} hazards: {} errors, {} warnings)".format(*map(sum, zip(*races)))
+    else:
+        errors, detail = sum(error_counts), ""
+    problems = []
+    if not error_counts and not races:
+        problems.append("no sanitizer summary in the log (did compute-sanitizer attach to the GPU?)")
+    if done is None:
+        problems.append("the driver did not finish")
+    elif int(done.group(2)):
+        problems.append(f"{done.group(2)} of {done.group(1)} cases gave wrong results")
+    if exit_code not in (None, 0) and not errors:
+        problems.append(f"exit code {exit_code}")
+    line = f"{tool}: {errors} errors{detail}"
+    if done is not None:
+        line += f" in {done.group(1)} cases"
+    if problems:
+        line += " - FAILED: " + "; ".join(problems)
+    return line, errors == 0 and not problems
+
+
+# ----------------------------------------------------------------------------------------------------------
+# main
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dry-run", "--list", action="store_true", dest="dry_run",
+                        help="print the cases that would run and exit (no GPU needed)")
+    parser.add_argument("--only", metavar="REGEX", default="", help="run only cases whose name matches")
+    parser.add_argument("--extra", metavar="MODULE", action="append", default=[],
+                        help="import MODULE first; it may register() more cases (repeatable)")
+    parser.add_argument("--allocator", choices=("plain", "pool"), default="plain",
+                        help="plain: one cudaMalloc per array (default, see the module docstring); pool: CuPy's")
+    parser.add_argument("--no-check", action="store_true", help="launch only, do not compare results")
+    parser.add_argument("--summarize", nargs=2, metavar=("TOOL", "LOG"),
+                        help="print the verdict line for a sanitizer log and exit 0 if clean, 1 if not")
+    parser.add_argument("--exit-code", type=int, default=None, help="with --summarize: the sanitizer's exit code")
+    return parser
+
+
+def _warm_up(selected: list[Case]) -> float:
+    """Compile the kernels before the cases run: one unchecked launch of each selected op on the smallest shape.
+
+    A failure here is only printed; the case itself reports it when it runs.
+    """
+    start = time.perf_counter()
+    by_name = {case.name: case for case in CASES}
+    for op_dtype in dict.fromkeys(case.name.rsplit("/", 1)[0] for case in selected):
+        smallest = by_name.get(f"{op_dtype}/B1-T1-C8")
+        if smallest is None:
+            continue
+        try:
+            smallest.run(False)
+        except Exception as exc:
+            print(f"warm-up of {smallest.name} raised {type(exc).__name__}: {exc}", flush=True)
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.summarize:
+        tool, log = args.summarize
+        line, clean = summarize(tool, Path(log).read_text(errors="replace"), args.exit_code)
+        print(line)
+        return 0 if clean else 1
+    for module in args.extra:
+        importlib.import_module(module)
+    selected = [c for c in CASES if re.search(args.only, c.name)]
+    if not selected:
+        print(f"no case matches {args.only!r}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        for case in selected:
+            print(f"{case.name:55s} {case.description}")
+        print(f"{len(selected)} cases")
+        return 0
+
+    import cupy
+
+    if args.allocator == "plain":
+        cupy.cuda.set_allocator(None)
+    print(f"compiled kernels in {_warm_up(selected):.1f} s", flush=True)
+    wrong = 0
+    for case in selected:
+        start = time.perf_counter()
+        try:
+            problem = case.run(not args.no_check)
+            cupy.cuda.Device().synchronize()
+        except Exception as exc:  # report and go on: one broken case must not hide the others
+            problem = f"raised {type(exc).__name__}: {exc}"
+        wrong += problem is not None
+        verdict = "ok   " if problem is None else "WRONG"
+        print(f"{verdict} {case.name} ({time.perf_counter() - start:.2f} s){'' if problem is None else ': ' + problem}",
+              flush=True)
+    cupy.cuda.Device().synchronize()
+    print(f"{DONE_MARKER}: {len(selected)} cases, {wrong} wrong", flush=True)
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The main job: run the whole walkthrough headless on whatever backend is present (CUDA if CuPy sees a GPU,
+# else the NumPy mirror) and write a rendered copy of every notebook, figures included, to _rendered/.
+# The committed notebooks are not modified. Then the short demo checks every kernel once more.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ "${SKIP_SETUP:-0}" != 1 ]; then bash scripts/setup.sh; fi
+PY=${PY:-.venv/bin/python}
+export MPLBACKEND=Agg
+mkdir -p _rendered
+"$PY" -m jupyter nbconvert --to html --execute --output-dir _rendered \
+  --ExecutePreprocessor.timeout=900 notebooks/[0-9]*.ipynb
+"$PY" -m gpt2enc_edu.demo
+echo "rendered notebooks: $(pwd)/_rendered/"

@@ -1,0 +1,157 @@
+"""The notebooks' plotting helpers draw the data they are given (checked on the artists, Agg backend)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+matplotlib = pytest.importorskip("matplotlib")
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+import gpt2enc_edu as enc  # noqa: E402
+from gpt2enc_edu import plots, schedule  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+def test_importing_the_package_does_not_import_matplotlib():
+    import subprocess
+    import sys
+
+    code = "import sys, gpt2enc_edu, gpt2enc_edu.plots; print('matplotlib' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+    assert out.stdout.strip() == "False"
+
+
+def test_thread_of_element():
+    threads = plots.thread_of_element(2, 3, 16, enc.bfloat16)
+    assert threads.shape == (6, 16)
+    assert threads[0].tolist() == [0] * 8 + [1] * 8
+    assert threads[5].tolist() == [10] * 8 + [11] * 8
+    fp32 = plots.thread_of_element(2, 3, 16, np.float32)
+    assert fp32[1].tolist() == [4] * 4 + [5] * 4 + [6] * 4 + [7] * 4
+
+
+@pytest.mark.parametrize("dtype, threads", [(enc.bfloat16, 12), (np.float32, 24)])
+def test_thread_map(dtype, threads):
+    ax = plots.thread_map(2, 3, 16, dtype)
+    image = np.asarray(ax.images[0].get_array())
+    assert np.array_equal(image, plots.thread_of_element(2, 3, 16, dtype) % 20)
+    labels = [text.get_text() for text in ax.texts]
+    assert labels == [f"thread {i}" for i in range(threads)]
+    size = 16 // np.dtype(dtype).itemsize
+    x, y = ax.texts[5].get_position()
+    assert (x, y) == ((5 * size) % 16 + (size - 1) / 2, (5 * size) // 16)  # centred on thread 5's pack
+    assert [t.get_text() for t in ax.get_yticklabels()][4] == "b=1, t=1"
+
+
+def _step_heights(patch) -> float:
+    return float(patch.get_xy()[:, 1].max())
+
+
+def test_ulp_histogram_counts_and_clipping():
+    diffs = {"a": np.array([0, 0, 0, 1, -1, 500]), "b": np.array([0, -700, 2])}
+    ax = plots.ulp_histogram(diffs, limit=2, title="t")
+    assert len(ax.patches) == 2
+    assert _step_heights(ax.patches[0]) == 3  # three zeros in "a"
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["a: 3 of 6 differ", "b: 2 of 3 differ"]
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    assert ticks[0] == "<-2" and ticks[-1] == ">2"
+    assert ax.get_yscale() == "log" and ax.get_title() == "t"
+
+
+def test_ulp_histogram_refuses_nothing_and_bad_limit():
+    with pytest.raises(ValueError):
+        plots.ulp_histogram({})
+    with pytest.raises(ValueError):
+        plots.ulp_histogram({"a": np.array([1])}, limit=0)
+
+
+def test_bucket_rank_size():
+    ax = plots.bucket_rank_size({"x": np.array([1, 5, 2]), "y": np.array([3])})
+    (x_line, y_line) = ax.get_lines()
+    assert x_line.get_xdata().tolist() == [1, 2, 3]
+    assert x_line.get_ydata().tolist() == [5, 2, 1]
+    assert y_line.get_ydata().tolist() == [3]
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+
+
+def test_gantt_draws_every_block():
+    run = schedule.simulate([3, 1, 1, 1, 2], num_slots=3)
+    ax = plots.gantt(run, title="g")
+    bars = sum(len(collection.get_paths()) for collection in ax.collections)
+    assert bars == 5
+    assert len(ax.collections) == len(set(run.slot.tolist()))
+    vertical = sorted(float(line.get_xdata()[0]) for line in ax.get_lines())
+    assert vertical == sorted([run.lower_bound, run.makespan])
+    # The bar of block 0 spans its start to its end in its slot's row.
+    extents = ax.collections[0].get_paths()[0].get_extents()
+    assert (extents.x0, extents.x1) == (run.start[0], run.end[0])
+
+
+def test_gantt_comparison_shares_time_and_titles_the_makespan():
+    runs = schedule.compare_orders([5, 1, 1, 1, 1, 1], 2, seed=0)
+    fig = plots.gantt_comparison(runs, title="cmp")
+    assert len(fig.axes) == 3
+    for ax, (name, run) in zip(fig.axes, runs.items()):
+        assert ax.get_title().startswith(f"{name} order: makespan {run.makespan:g}")
+    assert fig.axes[0].get_shared_x_axes().joined(fig.axes[0], fig.axes[2])
+    with pytest.raises(ValueError):
+        plots.gantt_comparison({})
+
+
+def test_error_vs_adds():
+    ax = plots.error_vs_adds([1, 10, 100], {"m": [0.0, 1.0, 2.0]})
+    (line,) = ax.get_lines()
+    assert line.get_xdata().tolist() == [1, 10, 100] and line.get_ydata().tolist() == [0, 1, 2]
+    assert ax.get_xscale() == "log"
+    with pytest.raises(ValueError):
+        plots.error_vs_adds([1, 2], {"m": [1.0]})
+
+
+def test_rounding_drift_draws_runs_and_their_mean():
+    runs = np.array([[1.0, 2.0, 3.0], [1.0, 0.0, 1.0]])
+    ax = plots.rounding_drift({"one": np.array([1.0, 1.0, 1.0]), "runs": runs}, exact=[1.0, 1.5, 2.0])
+    lines = ax.get_lines()
+    assert len(lines) == 1 + 1 + 2 + 1  # 1-D curve, mean, two runs, exact
+    assert lines[1].get_ydata().tolist() == [1.0, 1.0, 2.0]  # the mean
+    assert all(line.get_color() == lines[1].get_color() for line in lines[2:4])
+    assert lines[-1].get_linestyle() == "--" and lines[-1].get_ydata().tolist() == [1.0, 1.5, 2.0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["one", "runs (mean of 2 runs)", "exact"]
+
+
+def test_noise_uniformity():
+    values = np.arange(1000) * 61 % 65536
+    fig = plots.noise_uniformity(values, pairs=100)
+    hist_ax, lag_ax = fig.axes
+    assert len(hist_ax.patches) == 64
+    assert sum(p.get_height() for p in hist_ax.patches) == 1000
+    (points,) = lag_ax.get_lines()
+    assert points.get_xdata().tolist() == values[:100].tolist()
+    assert points.get_ydata().tolist() == values[1:101].tolist()
+    with pytest.raises(ValueError):
+        plots.noise_uniformity([1])
+
+
+def test_round_up_probability():
+    ax = plots.round_up_probability([0.0, 0.5], [0.01, 0.49])
+    ideal, observed = ax.get_lines()
+    assert ideal.get_xdata().tolist() == [0, 1]
+    assert observed.get_xdata().tolist() == [0.0, 0.5] and observed.get_ydata().tolist() == [0.01, 0.49]
+    with pytest.raises(ValueError):
+        plots.round_up_probability([0.0], [0.1, 0.2])
+
+
+def test_drawing_into_a_given_axes():
+    fig, (left, right) = plt.subplots(1, 2)
+    assert plots.bucket_rank_size({"x": [1, 2]}, ax=left) is left
+    assert plots.gantt(schedule.simulate([1], 1), ax=right) is right
+    assert len(fig.axes) == 2
