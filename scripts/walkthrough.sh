@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${SKIP_SETUP:-0}" != 1 ]; then bash scripts/setup.sh; fi
 PY=${PY:-.venv/bin/python}
-export MPLBACKEND=Agg
+# (no MPLBACKEND here: notebook kernels must use the inline backend so figures are embedded)
 mkdir -p _rendered
 "$PY" -m jupyter nbconvert --to html --execute --output-dir _rendered \
   --ExecutePreprocessor.timeout=900 notebooks/[0-9]*.ipynb
