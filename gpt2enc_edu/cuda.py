@@ -26,6 +26,7 @@ from .layout import (
     num_c_groups,
     pack_size,
 )
+from .rounding import bfloat16, float32
 
 
 class CudaUnavailableError(RuntimeError):
@@ -102,7 +103,7 @@ COOPERATIVE_FILES = frozenset({"bucketing.cu"})
 @functools.lru_cache(maxsize=None)
 def _module(file_name: str, dtype_key: str):
     cupy = _cupy()
-    dtype = np.float32 if dtype_key == "fp32" else __import__("ml_dtypes").bfloat16
+    dtype = {"fp32": float32, "bf16": bfloat16}[dtype_key]
     source = kernel_source(file_name)
     # Kernels that synchronise the whole grid must be launched cooperatively; CuPy sets that per module.
     cooperative = file_name in COOPERATIVE_FILES

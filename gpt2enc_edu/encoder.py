@@ -3,7 +3,8 @@
     user call (NumPy or CuPy arrays)
       -> validate  (everything, before anything is written)
       -> dispatch  (NumPy -> mirror.py, CuPy -> cuda.py)
-      -> bucket table, for method="bucketed" (buckets.py; the same order on both backends)
+      -> bucket table, for the deterministic methods (buckets.py with NumPy, or gpu_buckets.py on the GPU:
+         the same table either way)
       -> kernel | mirror
 """
 

@@ -1,6 +1,6 @@
 """The bucket table built on the GPU (``kernels/bucketing.cu``), with no host round trip and no sync.
 
-``build_bucket_table_gpu(inp, C, dtype)`` launches one cooperative kernel that writes the same table as
+``build_bucket_table_gpu(inp, C, dtype, V)`` launches one cooperative kernel that writes the same table as
 ``buckets.build_bucket_table`` (NumPy) into device buffers. The host cannot know the table's exact size
 without waiting for the GPU, so a ``DeviceBucketTable`` carries upper bounds (``max_buckets``,
 ``max_units``) for launch grids plus the exact sizes in device memory (``counters``), which the wte

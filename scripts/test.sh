@@ -5,7 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${SKIP_SETUP:-0}" != 1 ]; then bash scripts/setup.sh; fi
 PY=${PY:-.venv/bin/python}
-export MPLBACKEND=Agg
 # 1. notebooks and their jupytext .py twins must say the same thing
 for py in notebooks/[0-9]*.py; do
   diff_out=$("$PY" -m jupytext --diff "$py" "${py%.py}.ipynb" 2>&1) || true

@@ -1,0 +1,47 @@
+"""The wheel carries the kernels and the token sample, and an installed copy finds them (no checkout needed)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(ROOT)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    (built,) = out.glob("gpt2enc_edu-*.whl")
+    return built
+
+
+def test_wheel_contains_kernels_and_data(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for kernel in sorted(p.name for p in (ROOT / "kernels").iterdir()):
+        assert f"gpt2enc_edu/kernels/{kernel}" in names
+    assert "gpt2enc_edu/data/gpt2_sample_ids.npy" in names
+
+
+def test_installed_copy_finds_its_own_kernels_and_sample(wheel, tmp_path):
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    probe = (
+        "import gpt2enc_edu, gpt2enc_edu.cuda as c, gpt2enc_edu.tokens as t;"
+        "print(c.kernel_dir()); print(t.gpt2_sample_ids().size);"
+        "print(len(c.kernel_source('encoder_forward.cu')) > 0)"
+    )
+    # Run from an empty folder with only the extracted wheel on the path, so the checkout cannot be found.
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path,
+                            env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0, result.stderr
+    kernel_dir, sample_size, has_source = result.stdout.split()
+    assert Path(kernel_dir) == site / "gpt2enc_edu" / "kernels"
+    assert int(sample_size) > 10_000
+    assert has_source == "True"
