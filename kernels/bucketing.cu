@@ -15,14 +15,14 @@
 //   3. Stable-sort the positions bt = 0..B*T-1 by the rank of their token: each token's positions end up
 //      together, in bucket order, and in ascending bt inside (stability again). That is bt_list.
 //   4. Prefix sums of the counts give every token's start in bt_list; write the bucket and unit lists.
-// Each radix pass sorts by 8 bits: a per-block digit histogram,
-// the (digit, block) offsets read off the whole histogram by every block, then a stable scatter (ranks inside
-// a warp from __match_any_sync, across warps from shared counters).
+// Each radix pass sorts by 8 bits: a per-block digit histogram, the (digit, block) offsets read off the
+// whole histogram by every block, then a stable scatter (ranks inside a warp from __match_any_sync, across
+// warps from shared counters).
 // Passes run only while the keys still have non-zero higher digits (decided on the device).
 //
 // Launch: cooperatively (all blocks resident: grid.sync() separates the phases), block = 1024 threads,
 //   grid <= number of SMs (one 1024-thread block fits on any SM), dynamic shared memory none:
-//   bucketing_kernel(inp, BT, V, num_c_groups, workspace pointers..., bucket_info, unit_info, bt_list, counters)
+//   bucketing_kernel(inp, BT, V, num_c_groups, workspace pointers..., bucket_info, units, bt_list, counters)
 // The workspace needs no initialisation: phase 0 clears what must start at zero.
 #include <cooperative_groups.h>
 
@@ -274,7 +274,7 @@ bucketing_kernel(const int* inp, int BT, int V, int num_c_groups,
     bool tokens_in_one = radix_sort(keys0, vals0, keys1, vals1, V, (unsigned int)num_classes, hist, s, grid);
     const int* token_of_rank = tokens_in_one ? vals1 : vals0;
 
-    // Phase 5: ranks, and each rank's start in bt_list and in the unit list (two exclusive scans by block 0).
+    // Phase 5: ranks, and each rank's start in bt_list and in the unit list (two grid-wide exclusive scans).
     int num_distinct = counters[COUNTER_NUM_DISTINCT];
     for (int rank = tid; rank < num_distinct; rank += stride) {
         int ix = token_of_rank[rank];

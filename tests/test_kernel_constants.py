@@ -1,0 +1,50 @@
+"""The Python side restates some #defines of the kernels (block sizes, chunk size, counter slots).
+If one side changes without the other, launches and mirrors go wrong silently; this test makes it loud."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from gpt2enc_edu import cuda, gpu_buckets, layout
+
+
+def _defines(file_name: str) -> dict[str, int]:
+    text = cuda.kernel_source(file_name)
+    return {name: value for name, value in
+            ((m.group(1), m.group(2)) for m in re.finditer(r"^#define\s+(\w+)\s+(\d+)u?\s*$", text, re.M))
+            for value in [int(value)]}
+
+
+@pytest.mark.parametrize("file_name, name, python_value", [
+    ("common.cuh", "WARP_SIZE", layout.WARP_SIZE),
+    ("encoder_backward_wte_bucketed.cu", "WTE_BLOCK_SIZE", layout.WTE_BLOCK_SIZE),
+    ("encoder_backward_wte_chunked.cu", "CHUNK_ITEMS", layout.CHUNK_ITEMS),
+    ("encoder_backward_wte_chunked.cu", "CHUNKED_WARPS_PER_BLOCK", layout.CHUNKED_WARPS_PER_BLOCK),
+    ("encoder_backward_wte_chunked.cu", "COMBINE_THREADS", cuda.COMBINE_THREADS),
+    ("bucketing.cu", "CHUNK_ITEMS", layout.CHUNK_ITEMS),
+    ("bucketing.cu", "BUCKETING_THREADS", gpu_buckets.BUCKETING_THREADS),
+    ("bucketing.cu", "NUM_COUNTERS", gpu_buckets.NUM_COUNTERS),
+    ("bucketing.cu", "COUNTER_NUM_BUCKETS", gpu_buckets.COUNTER_NUM_BUCKETS),
+    ("bucketing.cu", "COUNTER_NUM_UNITS", gpu_buckets.COUNTER_NUM_UNITS),
+    ("common.cuh", "NOISE_STREAM_DWTE", 0),
+    ("common.cuh", "NOISE_STREAM_DWPE", 1),
+])
+def test_python_constants_match_kernel_defines(file_name, name, python_value):
+    defines = _defines(file_name)
+    assert name in defines, f"#define {name} not found in kernels/{file_name}"
+    assert defines[name] == python_value, f"kernels/{file_name}: {name} = {defines[name]}, Python says {python_value}"
+
+
+def test_radix_digits_match():
+    defines = _defines("bucketing.cu")
+    assert 1 << defines["RADIX_BITS"] == gpu_buckets.RADIX_DIGITS
+
+
+def test_noise_streams_match_rounding():
+    from gpt2enc_edu import rounding
+
+    defines = _defines("common.cuh")
+    assert (defines["NOISE_STREAM_DWTE"], defines["NOISE_STREAM_DWPE"]) == (rounding.NOISE_STREAM_DWTE,
+                                                                            rounding.NOISE_STREAM_DWPE)
