@@ -1,4 +1,4 @@
-"""Checks for the exercises in notebooks 01-04.
+"""Checks for the exercises in notebooks 01-05.
 
 Each notebook has a function stub for the learner to fill in; it raises ``NotImplementedError`` until
 then. The notebook's next cell hands the function to a ``check_*`` function here, which
@@ -9,7 +9,7 @@ then. The notebook's next cell hands the function to a ``check_*`` function here
 * prints ``Exercise N (...): correct`` and returns ``True`` when every case agrees with the package.
 
 The answers are compared with what the package itself computes (``plots.thread_of_element``, the atomic
-kernel, ``make_buckets``, ``rounding.stochastic_round_bf16``), on the active backend where the exercise
+kernel, ``make_buckets``, ``rounding.stochastic_round_bf16``, ``bench.minimal_bytes``), on the active backend where the exercise
 takes arrays (pass ``xp=numpy`` or ``xp=cupy``; the default is ``gpt2enc_edu.array_module()``).
 Worked solutions live in ``gpt2enc_edu.solutions``, apart from the checks.
 """
@@ -57,6 +57,10 @@ EXERCISES = {
     4: Exercise(4, "probability that stochastic rounding moves away from zero",
                 "view the fp32 values as uint32: the 16 bits that bf16 drops are bits & 0xFFFF, and the "
                 "kernel rounds away from zero when they exceed a uniform 16-bit threshold."),
+    5: Exercise(5, "the minimal bytes of the backward",
+                "dout is read once (B*T*C elements); each distinct token's dwte row and each of the T dwpe rows is "
+                "read and written (gradients accumulate); the ids are read once (4 bytes each). Count the "
+                "distinct ids with xp.unique(inp).size."),
 }
 
 
@@ -280,3 +284,27 @@ def check_away_from_zero_probability(fn, xp=None, draws: int = 1 << 16) -> bool:
                                     f"your probability is {prob!r}")
 
     return _report(4, check)
+
+
+# ------------------------------------------------------------------------------------------------------
+# Exercise 5 (notebook 05): the floor of the deterministic backward.
+def check_backward_bytes(fn, xp=None) -> bool:
+    """Check ``fn(inp, C, itemsize) -> int``: the bytes the encoder backward cannot avoid moving for the
+    ``xp`` ids ``inp`` (B, T), C channels and ``itemsize`` bytes per stored element (2 for bf16, 4 for fp32),
+    against ``bench.minimal_bytes("backward", ...)`` for uniform, Zipf and real ids of several shapes."""
+    from .bench import distinct_ids, minimal_bytes
+    from .tokens import make_ids
+
+    xp = _xp(xp)
+    cases = [("uniform", 2, 64, 768, 2), ("zipf", 4, 256, 768, 2), ("real", 1, 1024, 64, 4), ("uniform", 3, 5, 8, 4)]
+
+    def check():
+        for kind, B, T, C, itemsize in cases:
+            inp = make_ids(kind, B, T, seed=B * T + C)
+            expected = minimal_bytes("backward", B=B, T=T, C=C, distinct=distinct_ids(inp), itemsize=itemsize)
+            got = _call(fn, xp.asarray(inp), C, itemsize)
+            if int(got) != expected:
+                raise ExerciseError(f"Exercise 5: {kind} ids, B={B}, T={T}, C={C}, itemsize={itemsize}: "
+                                    f"expected {expected} bytes, got {got!r}")
+
+    return _report(5, check)

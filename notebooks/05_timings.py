@@ -60,7 +60,7 @@ print(gpt2enc_edu.gpu_status())
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-from gpt2enc_edu import bench, bench_plots
+from gpt2enc_edu import bench, bench_plots, exercises
 from gpt2enc_edu.tokens import make_ids
 
 # %% [markdown]
@@ -100,6 +100,27 @@ for kind in bench.ID_KINDS:
         nbytes = bench.minimal_bytes(op, B=B, T=T, C=C, distinct=distinct)
         parts.append(f"{op} {nbytes / 1e6:6.1f} MB -> {bench.floor_seconds(nbytes, H200_COPY_RATE) * 1e6:5.1f} us")
     print(f"  {kind:8s} {distinct:6d} distinct ids: " + ";  ".join(parts))
+
+
+# %% [markdown]
+# ## Exercise 5: the floor of the backward
+#
+# Write `backward_bytes(inp, C, itemsize)`: the bytes the deterministic backward cannot avoid moving for the
+# ids `inp` (B, T), C channels and `itemsize` bytes per stored element (2 for bf16, 4 for fp32). It works
+# on the active backend: `inp` is a NumPy or CuPy array.
+#
+# *Hint:* `dout` is read once; every dwte row the batch touches and every one of the T dwpe rows is read
+# **and** written (the backward adds into them); the int32 ids are read once. How many dwte rows? As many as
+# distinct ids: `xp.unique(inp).size`. Solution: `gpt2enc_edu/solutions.py`.
+
+# %%
+def backward_bytes(inp, C, itemsize):
+    """Exercise 5: the minimal bytes of the encoder backward for ids ``inp``."""
+    raise NotImplementedError("Exercise 5: count the bytes the backward must read and write")
+
+
+# %%
+done = exercises.check_backward_bytes(backward_bytes)
 
 # %% [markdown]
 # ## The measurements

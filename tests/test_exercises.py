@@ -17,6 +17,10 @@ CASES = [
                  lambda table, inp, b, t, c: (solutions.locate(table, inp, b, t, c)[0], 0), False, id="ex3"),
     pytest.param(4, exercises.check_away_from_zero_probability, solutions.away_from_zero_probability,
                  lambda x: solutions.away_from_zero_probability(x) * 0 + 0.5, True, id="ex4"),
+    pytest.param(5, exercises.check_backward_bytes, solutions.backward_bytes,  # dwte rows counted once only
+                 lambda inp, C, itemsize: solutions.backward_bytes(inp, C, itemsize)
+                 - int(np.unique(np.asarray(inp.get() if hasattr(inp, "get") else inp)).size) * C * itemsize,
+                 True, id="ex5"),
 ]
 
 
@@ -83,8 +87,9 @@ def test_wrong_shapes_are_explained():
 
 
 def test_every_exercise_has_a_check_and_a_solution():
-    assert sorted(exercises.EXERCISES) == [1, 2, 3, 4]
-    names = {1: "element_to_thread", 2: "rows_that_can_differ", 3: "locate", 4: "away_from_zero_probability"}
+    assert sorted(exercises.EXERCISES) == [1, 2, 3, 4, 5]
+    names = {1: "element_to_thread", 2: "rows_that_can_differ", 3: "locate", 4: "away_from_zero_probability",
+             5: "backward_bytes"}
     for number, name in names.items():
         assert callable(getattr(solutions, name))
         assert callable(getattr(exercises, f"check_{name}"))
