@@ -1,6 +1,7 @@
 """Sizes the kernels are built around, in one place for the mirror, the validator and the launcher.
 
-These restate constants of ``kernels/common.cuh`` and the kernel files (a test compiles against both).
+These restate #defines of ``kernels/common.cuh`` and the kernel files; ``tests/test_kernel_constants.py``
+checks that the two sides agree.
 """
 
 from __future__ import annotations
