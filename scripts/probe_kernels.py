@@ -11,11 +11,16 @@ kernel with a ready table, and the whole chunked backward. Back-to-back launches
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
-import numpy as np
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # the checkout's package, also when run as scripts/probe_kernels.py
 
-import gpt2enc_edu as enc
-from gpt2enc_edu.problems import random_problem
+import numpy as np  # noqa: E402
+
+import gpt2enc_edu as enc  # noqa: E402
+from gpt2enc_edu.problems import random_problem  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
