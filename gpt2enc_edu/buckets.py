@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .layout import CHUNK_ITEMS, c_per_group, num_c_groups
+from .layout import CHUNK_ITEMS, c_per_group, ceil_div, num_c_groups
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ def build_bucket_table(inp: np.ndarray, C: int, dtype) -> BucketTable:
     info[:, 2] = np.repeat(token_ids, groups)
     info[:, 3] = np.tile(np.arange(groups), token_ids.size)
     # 5. Cut every token's positions into chunks of CHUNK_ITEMS items: one unit of work per (token, chunk).
-    chunks = -(-counts // CHUNK_ITEMS)
+    chunks = ceil_div(counts, CHUNK_ITEMS)
     first_unit = np.zeros_like(chunks)
     np.cumsum(chunks[:-1], out=first_unit[1:])
     units = np.empty((int(chunks.sum()), 4), dtype=np.int32)

@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import backend, buckets, mirror, validate
+from . import backend, buckets, cuda, mirror, validate
+from .gpu_buckets import build_bucket_table_gpu
+from .loader import cupy_module
 
 
 def _runner(name: str):
-    """The module that runs kernels for backend ``name``, recorded for ``last_backend()``."""
+    """The module that runs kernels for backend ``name`` (``cuda`` or ``mirror``), recorded for ``last_backend()``."""
     backend.record(name)
-    if name == "cuda":
-        from . import cuda
-
-        return cuda
-    return mirror
+    return cuda if name == "cuda" else mirror
 
 
 def encoder_forward(inp, wte, wpe, *, out=None, check_ids: bool = True):
@@ -42,7 +40,7 @@ def encoder_forward(inp, wte, wpe, *, out=None, check_ids: bool = True):
     dims = validate.forward_args(inp, wte, wpe, out, check_ids)
     run = _runner(dims.backend)
     if out is None:
-        xp = np if dims.backend == "numpy" else run._cupy()
+        xp = np if dims.backend == "numpy" else cupy_module()
         out = xp.empty((dims.B, dims.T, dims.C), dtype=dims.dtype)
     run.encoder_forward(out, inp, wte, wpe, dims.B, dims.T, dims.C)
     return out
@@ -59,14 +57,12 @@ def make_buckets(inp, C: int, dtype, *, V: int | None = None):
     """
     validate.bucket_args(inp, C, dtype)
     if V is not None:
-        validate.check_positive_int("V", V)
+        validate.check_int("V", V, minimum=1)
         validate.check_ids_in_range(inp, int(V))
     if backend.is_cupy_array(inp):
         if V is None:
             raise ValueError("V (the vocabulary size) is required to bucket CuPy ids on the GPU")
         backend.record("cuda")
-        from .gpu_buckets import build_bucket_table_gpu
-
         return build_bucket_table_gpu(inp, int(C), np.dtype(dtype), int(V))
     backend.record("numpy")
     return buckets.build_bucket_table(inp, int(C), dtype)

@@ -17,13 +17,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from .buckets import BucketTable
-from .layout import CHUNK_ITEMS, num_c_groups
-
-BUCKETING_THREADS = 1024
-RADIX_DIGITS = 256
-NUM_COUNTERS = 8
-COUNTER_NUM_BUCKETS = 3
-COUNTER_NUM_UNITS = 4
+from .layout import (
+    BUCKETING_THREADS,
+    CHUNK_ITEMS,
+    COUNTER_NUM_BUCKETS,
+    COUNTER_NUM_UNITS,
+    NUM_COUNTERS,
+    RADIX_DIGITS,
+    ceil_div,
+    num_c_groups,
+)
+from .loader import cupy_module, get_kernel, launch
 
 
 def max_units(BT: int, V: int) -> int:
@@ -80,6 +84,22 @@ class DeviceBucketTable:
                            units=self.units[:num_units].get(), C=self.C, dtype=np.dtype(self.dtype))
 
 
+def to_device(table) -> DeviceBucketTable:
+    """A table the wte kernels can read: a ``DeviceBucketTable`` as it is; a host ``BucketTable`` copied over.
+
+    A host table's sizes are exact, so its ``counters`` hold them and its bounds equal them (llm.c's route:
+    the table was built on the CPU and travels to the GPU).
+    """
+    if isinstance(table, DeviceBucketTable):
+        return table
+    cupy = cupy_module()
+    counters = np.zeros(NUM_COUNTERS, dtype=np.int32)
+    counters[COUNTER_NUM_BUCKETS], counters[COUNTER_NUM_UNITS] = table.num_buckets, table.num_units
+    return DeviceBucketTable(info=cupy.asarray(table.info), bt_list=cupy.asarray(table.bt_list),
+                             units=cupy.asarray(table.units), counters=cupy.asarray(counters), C=table.C,
+                             dtype=np.dtype(table.dtype))
+
+
 class _Workspace:
     """Every buffer the bucketing kernel needs, allocated once per problem size."""
 
@@ -107,14 +127,12 @@ _workspaces: dict = {}
 def _grid_size(cupy, BT: int, V: int) -> int:
     """Blocks of the cooperative launch: one per SM at most (always co-resident), none idle on small inputs."""
     sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
-    return max(1, min(sms, -(-max(V, BT) // BUCKETING_THREADS)))
+    return max(1, min(sms, ceil_div(max(V, BT), BUCKETING_THREADS)))
 
 
 def build_bucket_table_gpu(inp, C: int, dtype, V: int) -> DeviceBucketTable:
     """Launch ``bucketing_kernel`` on the current stream for validated (B, T) int32 CuPy ids in [0, V)."""
-    from . import cuda
-
-    cupy = cuda._cupy()
+    cupy = cupy_module()
     BT = int(inp.size)
     groups = num_c_groups(C, dtype)
     device = cupy.cuda.Device().id
@@ -123,10 +141,10 @@ def build_bucket_table_gpu(inp, C: int, dtype, V: int) -> DeviceBucketTable:
     ws = _workspaces.get(key)
     if ws is None:
         ws = _workspaces[key] = _Workspace(cupy, BT, V, groups, _grid_size(cupy, BT, V))
-    kernel = cuda.get_kernel("bucketing.cu", "bucketing_kernel", dtype)
-    cuda._launch(kernel, ws.grid, BUCKETING_THREADS,
-                 (inp, np.int32(BT), np.int32(V), np.int32(groups), ws.counts, ws.presence, ws.keys0, ws.vals0,
-                  ws.keys1, ws.vals1, ws.hist, ws.rank_of_ix, ws.token_starts, ws.unit_starts, ws.info, ws.units,
-                  ws.bt_list, ws.counters))
+    kernel = get_kernel("bucketing.cu", "bucketing_kernel", dtype)
+    launch(kernel, ws.grid, BUCKETING_THREADS,
+           (inp, np.int32(BT), np.int32(V), np.int32(groups), ws.counts, ws.presence, ws.keys0, ws.vals0,
+            ws.keys1, ws.vals1, ws.hist, ws.rank_of_ix, ws.token_starts, ws.unit_starts, ws.info, ws.units,
+            ws.bt_list, ws.counters))
     return DeviceBucketTable(info=ws.info, bt_list=ws.bt_list, units=ws.units, counters=ws.counters, C=C,
                              dtype=np.dtype(dtype))

@@ -1,7 +1,8 @@
-"""Sizes the kernels are built around, in one place for the mirror, the validator and the launcher.
+"""Sizes and launch constants the kernels are built around, defined once for the Python side.
 
-These restate #defines of ``kernels/common.cuh`` and the kernel files; ``tests/test_kernel_constants.py``
-checks that the two sides agree.
+The mirror, the validator, the launchers and the GPU bucketing read them from here. They restate #defines of
+``kernels/common.cuh`` and the kernel files; ``tests/test_kernel_constants.py`` checks that the two sides
+agree.
 """
 
 from __future__ import annotations
@@ -22,6 +23,11 @@ STORAGE_DTYPES = (bfloat16, float32)
 
 #: Largest element count that 32-bit signed index arithmetic in the kernels can address.
 INT32_LIMIT = 2**31 - 1
+
+
+def ceil_div(a: int, b: int) -> int:
+    """``CEIL_DIV(a, b)`` of ``common.cuh`` for non-negative ints (works elementwise on integer arrays too)."""
+    return -(-a // b)
 
 
 def dtype_name(dtype) -> str:
@@ -47,10 +53,22 @@ def c_per_group(dtype) -> int:
 
 def num_c_groups(C: int, dtype) -> int:
     """Channel groups needed to cover C channels (the last one may be partly empty)."""
-    return -(-C // c_per_group(dtype))
+    return ceil_div(C, c_per_group(dtype))
+
 
 #: Items per chunk of the chunked wte kernel (``CHUNK_ITEMS`` in encoder_backward_wte_chunked.cu): one warp
 #: sums one chunk, and a bucket with more items is split into chunks whose partial sums are added in order.
 CHUNK_ITEMS = 32
 #: Warps per block of the chunked wte kernel: each warp handles its own unit (bucket, chunk).
 CHUNKED_WARPS_PER_BLOCK = 8
+#: Threads per block of the chunk-combine kernel (``COMBINE_THREADS``): one block per multi-chunk token.
+COMBINE_THREADS = 128
+
+#: Threads per block of the cooperative bucketing kernel (``BUCKETING_THREADS`` in bucketing.cu).
+BUCKETING_THREADS = 1024
+#: Buckets of one radix-sort pass (``1 << RADIX_BITS``).
+RADIX_DIGITS = 256
+#: Size of the bucketing kernel's counter array, and the slots where it leaves the table's sizes.
+NUM_COUNTERS = 8
+COUNTER_NUM_BUCKETS = 3
+COUNTER_NUM_UNITS = 4

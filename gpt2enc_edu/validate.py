@@ -45,12 +45,7 @@ class Dims:
 
 def check_seed(seed) -> int:
     """A seed is an integer in [0, 2**32): the kernels take it as ``unsigned int``."""
-    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral):
-        raise TypeError(f"seed must be an integer in [0, 2**32), not {type(seed).__name__}")
-    seed = int(seed)
-    if not 0 <= seed < 2**32:
-        raise ValueError(f"seed must be in [0, 2**32), got {seed}")
-    return seed
+    return check_int("seed", seed, minimum=0, maximum=2**32 - 1)
 
 
 def check_ids_array(inp, name: str = "inp") -> tuple[int, int]:
@@ -233,13 +228,21 @@ def backward_args(dwte, dwpe, dout, inp, seed, method: str, check_ids: bool) -> 
     return Dims(B, T, C, V, maxT, dtype, backend), seed
 
 
-def check_positive_int(name: str, value) -> int:
-    """``value`` is an integer >= 1."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+def check_int(name: str, value, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    """``value`` as a Python int: the one integer check of the package.
+
+    ``TypeError`` when ``value`` is not of an integer type (``bool``, floats, strings and
+    ``numpy.timedelta64``, which NumPy counts as an integer, are refused); ``ValueError`` when it lies
+    outside ``[minimum, maximum]`` (inclusive bounds, each optional). The message names ``name``.
+    """
+    if (isinstance(value, (bool, np.bool_, np.timedelta64)) or not isinstance(value, numbers.Integral)):
         raise TypeError(f"{name} must be an integer, not {type(value).__name__}")
-    if int(value) < 1:
-        raise ValueError(f"{name} must be positive, got {value}")
-    return int(value)
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {value}")
+    return value
 
 
 def bucket_args(inp, C, dtype) -> tuple[int, int, np.dtype]:
@@ -251,7 +254,7 @@ def bucket_args(inp, C, dtype) -> tuple[int, int, np.dtype]:
         dtype_name(dtype)
     except TypeError:
         raise TypeError(f"dtype must be ml_dtypes.bfloat16 or numpy.float32, not {dtype!r}") from None
-    C = check_positive_int("C", C)
+    C = check_int("C", C, minimum=1)
     _check_C(C, dtype, "C")
     check_index_range("inp", B * T * C, "B*T*C")
     if int(inp.min()) < 0:

@@ -58,8 +58,9 @@ import inspect
 import numpy as np
 from IPython.display import Markdown, display
 
-from gpt2enc_edu import compare, exercises, layout, mirror, plots, reference
-from gpt2enc_edu.cuda import kernel_source
+from gpt2enc_edu import compare, layout, mirror, reference
+from gpt2enc_edu.course import exercises, plots
+from gpt2enc_edu.loader import kernel_source
 from gpt2enc_edu.problems import random_problem
 
 xp = enc.array_module()
@@ -217,7 +218,7 @@ for name, p in problems.items():
 #
 # *Hint:* compute the element's flat index in the (B, T, C) output first. `layout.pack_size(dtype)` gives
 # the pack width. Is B needed? The check cell below prints "not done yet" until the stub is filled in;
-# `gpt2enc_edu/solutions.py` has a worked solution.
+# `solutions/exercises.py` (in the repository, outside the package) has a worked solution.
 
 # %%
 def element_to_thread(b, t, c, T, C, dtype):

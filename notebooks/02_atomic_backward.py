@@ -51,9 +51,10 @@ except ImportError:
 import numpy as np
 from IPython.display import Markdown, display
 
-from gpt2enc_edu import compare, exercises, plots, reference, rounding
+from gpt2enc_edu import compare, reference, rounding
+from gpt2enc_edu.course import exercises, plots
 from gpt2enc_edu.backend import to_numpy
-from gpt2enc_edu.cuda import kernel_source
+from gpt2enc_edu.loader import kernel_source
 from gpt2enc_edu.problems import random_problem
 
 xp = enc.array_module()
@@ -233,7 +234,7 @@ for method, pair in runs16.items():
 # atomic adds (fp32 storage). `inp` may be a NumPy or a CuPy array: use the same module for the answer.
 #
 # *Hint:* how many orders are there for `old + a`? For `old + a + b`? The check also runs the atomic
-# kernel a few times and shows which rows really changed. Solution: `gpt2enc_edu/solutions.py`.
+# kernel a few times and shows which rows really changed. Solution: `solutions/exercises.py` (in the repository, outside the package).
 
 # %%
 def rows_that_can_differ(inp, V):

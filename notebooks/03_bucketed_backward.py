@@ -55,9 +55,10 @@ import numpy as np
 from IPython.display import Markdown, display
 
 import gpt2enc_edu.cuda
-from gpt2enc_edu import compare, exercises, layout, mirror, plots, reference, schedule, tokens
+from gpt2enc_edu import compare, layout, mirror, reference, tokens
+from gpt2enc_edu.course import exercises, plots, schedule
 from gpt2enc_edu.backend import to_numpy
-from gpt2enc_edu.cuda import kernel_source
+from gpt2enc_edu.loader import kernel_source
 from gpt2enc_edu.problems import random_problem
 
 xp = enc.array_module()
@@ -309,7 +310,7 @@ print("shuffled bucket order, same dwte bits:", compare.bitwise_equal(on.dwte, r
 #
 # *Hint:* the bucket's token is `inp[b, t]` and its channel group is `c // table.c_per_group`. The
 # table's `token_ids`, `c_groups`, `starts` and `sizes` properties are columns of `info`. Solution:
-# `gpt2enc_edu/solutions.py`.
+# `solutions/exercises.py` (in the repository, outside the package).
 
 # %%
 def locate(table, inp, b, t, c):

@@ -53,9 +53,10 @@ except ImportError:
 import numpy as np
 from IPython.display import Markdown, display
 
-from gpt2enc_edu import compare, exercises, plots, rounding
+from gpt2enc_edu import compare, rounding
+from gpt2enc_edu.course import exercises, plots
 from gpt2enc_edu.backend import to_numpy
-from gpt2enc_edu.cuda import kernel_source
+from gpt2enc_edu.loader import kernel_source
 
 xp = enc.array_module()
 print("arrays:", xp.__name__, "->", "the CUDA kernels" if xp is not np else "the NumPy mirror")
@@ -273,7 +274,7 @@ for method, dwte in finals.items():
 # holds exactly must get 0. The check draws the package's rounding 65536 times per value and compares.
 #
 # *Hint:* `x.view(xp.uint32)` gives the bits; which bits does bf16 drop, and what does the threshold
-# compare them with? Solution: `gpt2enc_edu/solutions.py`.
+# compare them with? Solution: `solutions/exercises.py` (in the repository, outside the package).
 
 # %%
 def away_from_zero_probability(x):

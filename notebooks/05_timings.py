@@ -60,7 +60,9 @@ print(gpt2enc_edu.gpu_status())
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-from gpt2enc_edu import bench, bench_plots, exercises
+from gpt2enc_edu import bench
+from gpt2enc_edu.bench import plots as bench_plots
+from gpt2enc_edu.course import exercises
 from gpt2enc_edu.tokens import make_ids
 
 # %% [markdown]
@@ -111,7 +113,7 @@ for kind in bench.ID_KINDS:
 #
 # *Hint:* `dout` is read once; every dwte row the batch touches and every one of the T dwpe rows is read
 # **and** written (the backward adds into them); the int32 ids are read once. How many dwte rows? As many as
-# distinct ids: `xp.unique(inp).size`. Solution: `gpt2enc_edu/solutions.py`.
+# distinct ids: `xp.unique(inp).size`. Solution: `solutions/exercises.py` (in the repository, outside the package).
 
 # %%
 def backward_bytes(inp, C, itemsize):

@@ -284,7 +284,7 @@ def test_gpu_smoke_run(tmp_path):
 
 
 def test_every_case_has_its_own_color():
-    from gpt2enc_edu import bench_plots
+    from gpt2enc_edu.bench import plots as bench_plots
 
     colors = [bench_plots.CASE_COLORS[c.name] for c in bench.CASES]
     assert len(set(colors)) == len(colors)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpt2enc_edu import exercises, solutions
+import solutions.exercises as solutions
+from gpt2enc_edu.course import exercises
 
 # (exercise number, check, solution, a wrong answer, whether the check takes xp)
 CASES = [

@@ -7,11 +7,11 @@ import re
 
 import pytest
 
-from gpt2enc_edu import cuda, gpu_buckets, layout
+from gpt2enc_edu import layout, loader
 
 
 def _defines(file_name: str) -> dict[str, int]:
-    text = cuda.kernel_source(file_name)
+    text = loader.kernel_source(file_name)
     return {name: value for name, value in
             ((m.group(1), m.group(2)) for m in re.finditer(r"^#define\s+(\w+)\s+(\d+)u?\s*$", text, re.M))
             for value in [int(value)]}
@@ -22,12 +22,12 @@ def _defines(file_name: str) -> dict[str, int]:
     ("encoder_backward_wte_bucketed.cu", "WTE_BLOCK_SIZE", layout.WTE_BLOCK_SIZE),
     ("encoder_backward_wte_chunked.cu", "CHUNK_ITEMS", layout.CHUNK_ITEMS),
     ("encoder_backward_wte_chunked.cu", "CHUNKED_WARPS_PER_BLOCK", layout.CHUNKED_WARPS_PER_BLOCK),
-    ("encoder_backward_wte_chunked.cu", "COMBINE_THREADS", cuda.COMBINE_THREADS),
+    ("encoder_backward_wte_chunked.cu", "COMBINE_THREADS", layout.COMBINE_THREADS),
     ("bucketing.cu", "CHUNK_ITEMS", layout.CHUNK_ITEMS),
-    ("bucketing.cu", "BUCKETING_THREADS", gpu_buckets.BUCKETING_THREADS),
-    ("bucketing.cu", "NUM_COUNTERS", gpu_buckets.NUM_COUNTERS),
-    ("bucketing.cu", "COUNTER_NUM_BUCKETS", gpu_buckets.COUNTER_NUM_BUCKETS),
-    ("bucketing.cu", "COUNTER_NUM_UNITS", gpu_buckets.COUNTER_NUM_UNITS),
+    ("bucketing.cu", "BUCKETING_THREADS", layout.BUCKETING_THREADS),
+    ("bucketing.cu", "NUM_COUNTERS", layout.NUM_COUNTERS),
+    ("bucketing.cu", "COUNTER_NUM_BUCKETS", layout.COUNTER_NUM_BUCKETS),
+    ("bucketing.cu", "COUNTER_NUM_UNITS", layout.COUNTER_NUM_UNITS),
     ("common.cuh", "NOISE_STREAM_DWTE", 0),
     ("common.cuh", "NOISE_STREAM_DWPE", 1),
 ])
@@ -39,7 +39,7 @@ def test_python_constants_match_kernel_defines(file_name, name, python_value):
 
 def test_radix_digits_match():
     defines = _defines("bucketing.cu")
-    assert 1 << defines["RADIX_BITS"] == gpu_buckets.RADIX_DIGITS
+    assert 1 << defines["RADIX_BITS"] == layout.RADIX_DIGITS
 
 
 def test_noise_streams_match_rounding():

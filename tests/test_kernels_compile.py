@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from gpt2enc_edu.cuda import kernel_dir
+from gpt2enc_edu.loader import kernel_dir
 
 NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
 KERNEL_FILES = sorted(p.name for p in kernel_dir().glob("*.cu"))

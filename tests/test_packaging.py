@@ -33,7 +33,7 @@ def test_installed_copy_finds_its_own_kernels_and_sample(wheel, tmp_path):
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
     probe = (
-        "import gpt2enc_edu, gpt2enc_edu.cuda as c, gpt2enc_edu.tokens as t;"
+        "import gpt2enc_edu, gpt2enc_edu.loader as c, gpt2enc_edu.tokens as t;"
         "print(c.kernel_dir()); print(t.gpt2_sample_ids().size);"
         "print(len(c.kernel_source('encoder_forward.cu')) > 0)"
     )

@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 import gpt2enc_edu as enc  # noqa: E402
-from gpt2enc_edu import plots, schedule  # noqa: E402
+from gpt2enc_edu.course import plots, schedule  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -23,7 +23,7 @@ def test_importing_the_package_does_not_import_matplotlib():
     import subprocess
     import sys
 
-    code = "import sys, gpt2enc_edu, gpt2enc_edu.plots; print('matplotlib' in sys.modules)"
+    code = "import sys, gpt2enc_edu, gpt2enc_edu.course.plots; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1]))
     assert out.stdout.strip() == "False"

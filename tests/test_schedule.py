@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gpt2enc_edu as enc
-from gpt2enc_edu import schedule, tokens
+from gpt2enc_edu import tokens
+from gpt2enc_edu.course import schedule
 
 
 def test_hand_computed_schedule():

@@ -217,14 +217,16 @@ def test_real_wraps_cyclically_when_T_exceeds_sample():
 # ---------------------------------------------------------------- bad arguments
 @pytest.mark.parametrize("kind", sorted(GENERATORS))
 @pytest.mark.parametrize(
-    "B,T,bad",
-    [(0, 4, "B"), (-1, 4, "B"), (2.0, 4, "B"), (True, 4, "B"), ("2", 4, "B"),
-     (2, 0, "T"), (2, -3, "T"), (2, 1.5, "T"), (2, None, "T")],
+    "B,T,bad,exc",
+    [(0, 4, "B", ValueError), (-1, 4, "B", ValueError), (2.0, 4, "B", TypeError), (True, 4, "B", TypeError),
+     ("2", 4, "B", TypeError), (2, 0, "T", ValueError), (2, -3, "T", ValueError), (2, 1.5, "T", TypeError),
+     (2, None, "T", TypeError)],
 )
-def test_bad_shape_raises_naming_argument(kind, B, T, bad):
-    with pytest.raises(ValueError, match=rf"\b{bad}\b"):
+def test_bad_shape_raises_naming_argument(kind, B, T, bad, exc):
+    """Not an integer: TypeError; an integer out of range: ValueError (the package's one rule)."""
+    with pytest.raises(exc, match=rf"\b{bad}\b"):
         GENERATORS[kind](B, T, 0)
-    with pytest.raises(ValueError, match=rf"\b{bad}\b"):
+    with pytest.raises(exc, match=rf"\b{bad}\b"):
         make_ids(kind, B, T, seed=0)
 
 
@@ -234,10 +236,11 @@ def test_unknown_kind_raises_naming_kind(kind):
         make_ids(kind, 2, 2, seed=0)
 
 
-@pytest.mark.parametrize("V", [0, -5, 2.5, True, None, 2**31])
+@pytest.mark.parametrize("V, exc", [(0, ValueError), (-5, ValueError), (2.5, TypeError), (True, TypeError),
+                                    (None, TypeError), (2**31, ValueError)])
 @pytest.mark.parametrize("kind", ["uniform", "zipf", "real"])
-def test_bad_vocab_raises_naming_V(kind, V):
-    with pytest.raises(ValueError, match=r"\bV\b"):
+def test_bad_vocab_raises_naming_V(kind, V, exc):
+    with pytest.raises(exc, match=r"\bV\b"):
         make_ids(kind, 2, 2, seed=0, V=V)
 
 
@@ -259,7 +262,8 @@ def test_real_accepts_padded_vocab():
     assert ids.max() < GPT2_VOCAB_SIZE
 
 
-@pytest.mark.parametrize("s", [-0.1, float("nan"), float("inf"), "1.1", None, True])
-def test_bad_zipf_exponent_raises_naming_s(s):
-    with pytest.raises(ValueError, match=r"\bs\b"):
+@pytest.mark.parametrize("s, exc", [(-0.1, ValueError), (float("nan"), ValueError), (float("inf"), ValueError),
+                                    ("1.1", TypeError), (None, TypeError), (True, TypeError)])
+def test_bad_zipf_exponent_raises_naming_s(s, exc):
+    with pytest.raises(exc, match=r"\bs\b"):
         zipf_ids(2, 2, s=s, seed=0)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .layout import pack_size
+from ..layout import pack_size
 
 #: Resolution of the figures made here: enough for a notebook, small in the stored .ipynb.
 DPI = 80

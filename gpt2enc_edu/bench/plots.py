@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .bench import CASES, ID_KINDS, OPS
+from ._legacy import CASES, ID_KINDS, OPS
 
 #: Line style per family: ours solid, PyTorch dashed, the host-only bucketing dotted.
 _FAMILY_STYLE = {"ours": "-", "torch": "--", "host": ":"}

@@ -46,11 +46,11 @@ from typing import Callable
 
 import numpy as np
 
-from .backend import gpu_status, to_numpy
-from .encoder import encoder_backward, encoder_forward, make_buckets
-from .problems import random_problem
-from .rounding import bfloat16
-from .tokens import GPT2_VOCAB_SIZE, KINDS, make_ids
+from ..backend import gpu_status, to_numpy
+from ..encoder import encoder_backward, encoder_forward, make_buckets
+from ..problems import random_problem
+from ..rounding import bfloat16
+from ..tokens import GPT2_VOCAB_SIZE, KINDS, make_ids
 
 # ----------------------------------------------------------------------------------------------------------
 # The configuration space
@@ -273,7 +273,7 @@ def case_chunked_gpu(w: Workload) -> Timed:
 def case_gpu_buckets(w: Workload) -> Timed:
     """The GPU bucket table alone (one kernel). ``make_buckets`` checks the ids (a sync) once here; the
     timed calls launch the kernel behind it directly, as ``encoder_backward(bucketing="gpu")`` does."""
-    from .gpu_buckets import build_bucket_table_gpu
+    from ..gpu_buckets import build_bucket_table_gpu
 
     make_buckets(w.inp, w.C, bfloat16, V=w.V)
     return Timed(lambda: build_bucket_table_gpu(w.inp, w.C, bfloat16, w.V), w.stream)
@@ -787,14 +787,14 @@ def run_benchmark(config: BenchConfig = BenchConfig(), *, progress: bool = True,
 
 
 def _package_version() -> str:
-    from . import __version__
+    from .. import __version__
 
     return __version__
 
 
 def write_results(results: Results, out_dir) -> list[Path]:
     """Write ``results.csv``, ``results.md``, ``meta.json`` and the PNG plots into ``out_dir``."""
-    from . import bench_plots
+    from . import plots as bench_plots
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

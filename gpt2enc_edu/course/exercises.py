@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .backend import array_module, to_numpy
-from .buckets import BucketTable
-from .layout import pack_size
-from .rounding import bfloat16, stochastic_round_bf16
+from ..backend import array_module, to_numpy
+from ..buckets import BucketTable
+from ..layout import pack_size
+from ..rounding import bfloat16, stochastic_round_bf16
 
 
 class ExerciseError(AssertionError):
@@ -144,7 +144,7 @@ def check_element_to_thread(fn, xp=None) -> bool:
 # ------------------------------------------------------------------------------------------------------
 # Exercise 2 (notebook 02): where the atomic backward's order can show.
 def _can_differ_cases(xp):
-    from .tokens import make_ids
+    from ..tokens import make_ids
 
     hand = np.array([[5, 2, 5], [2, 9, 5]], dtype=np.int32)
     return [(xp.asarray(hand), 12), (xp.asarray(make_ids("zipf", 4, 64, V=50, seed=2)), 50),
@@ -160,7 +160,7 @@ def check_rows_that_can_differ(fn, xp=None, runs: int = 4) -> bool:
     """
     import gpt2enc_edu as enc
 
-    from .problems import random_problem
+    from ..problems import random_problem
 
     xp = _xp(xp)
 
@@ -219,7 +219,7 @@ def check_locate(fn, samples: int = 200) -> bool:
     """
     import gpt2enc_edu as enc
 
-    from .tokens import make_ids
+    from ..tokens import make_ids
 
     cases = [(np.array([[5, 2, 5], [2, 9, 5]], dtype=np.int32), 512, bfloat16),
              (make_ids("zipf", 4, 32, V=40, seed=5), 776, bfloat16),
@@ -292,8 +292,8 @@ def check_backward_bytes(fn, xp=None) -> bool:
     """Check ``fn(inp, C, itemsize) -> int``: the bytes the encoder backward cannot avoid moving for the
     ``xp`` ids ``inp`` (B, T), C channels and ``itemsize`` bytes per stored element (2 for bf16, 4 for fp32),
     against ``bench.minimal_bytes("backward", ...)`` for uniform, Zipf and real ids of several shapes."""
-    from .bench import distinct_ids, minimal_bytes
-    from .tokens import make_ids
+    from ..bench.floor import distinct_ids, minimal_bytes
+    from ..tokens import make_ids
 
     xp = _xp(xp)
     cases = [("uniform", 2, 64, 768, 2), ("zipf", 4, 256, 768, 2), ("real", 1, 1024, 64, 4), ("uniform", 3, 5, 8, 4)]

@@ -22,13 +22,13 @@ Pure NumPy and ``heapq``; nothing here needs a GPU.
 from __future__ import annotations
 
 import heapq
-import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
-from .buckets import BucketTable
-from .layout import WTE_BLOCK_SIZE
+from ..buckets import BucketTable
+from ..layout import WTE_BLOCK_SIZE
+from ..validate import check_int
 
 #: Streaming multiprocessors of an NVIDIA H200 (SXM): used for the "realistic" runs in notebook 03.
 H200_SM_COUNT = 132
@@ -77,14 +77,6 @@ class Schedule:
         return self.total_work / (self.num_slots * self.makespan)
 
 
-def _check_num_slots(num_slots) -> int:
-    if isinstance(num_slots, (bool, np.bool_)) or not isinstance(num_slots, numbers.Integral):
-        raise TypeError(f"num_slots must be an integer, not {type(num_slots).__name__}")
-    if num_slots < 1:
-        raise ValueError(f"num_slots must be >= 1, got {num_slots}")
-    return int(num_slots)
-
-
 def _check_costs(costs) -> np.ndarray:
     costs = np.asarray(costs)
     if costs.ndim != 1:
@@ -113,7 +105,7 @@ def block_costs(sizes, *, per_item: float = 1.0, per_block: float = 0.0) -> np.n
 def simulate(costs, num_slots: int) -> Schedule:
     """Run blocks of ``costs`` (in launch order) on ``num_slots`` slots: each goes to the slot free first."""
     costs = _check_costs(costs)
-    num_slots = _check_num_slots(num_slots)
+    num_slots = check_int("num_slots", num_slots, minimum=1)
     slot = np.empty(costs.size, dtype=np.int64)
     start = np.empty(costs.size, dtype=np.float64)
     free = [(0.0, s) for s in range(num_slots)]  # (time the slot frees, slot): a heap, already ordered

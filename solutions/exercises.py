@@ -2,7 +2,8 @@
 
 Each function can be handed to its check in ``gpt2enc_edu.exercises``::
 
-    from gpt2enc_edu import exercises, solutions
+    from gpt2enc_edu.course import exercises
+    import solutions.exercises as solutions  # from the repository root
     exercises.check_element_to_thread(solutions.element_to_thread)
 """
 
@@ -10,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .backend import is_cupy_array
-from .layout import pack_size
+from gpt2enc_edu.backend import is_cupy_array
+from gpt2enc_edu.layout import pack_size
 
 
 def _xp(x):
