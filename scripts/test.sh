@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${SKIP_SETUP:-0}" != 1 ]; then bash scripts/setup.sh; fi
 PY=${PY:-.venv/bin/python}
-# 1. notebooks: jupytext twins in sync, none over 1 MB, no stray metadata
+# 1. style (ruff, clang-format) where installed; notebooks: jupytext twins in sync, none over 1 MB, no stray metadata
+PY="$PY" bash scripts/lint.sh
 "$PY" scripts/check_notebooks.py
 # 2. the tests and the notebooks (nbval compares the cells marked NBVAL_CHECK_OUTPUT with the stored GPU output)
 "$PY" -m pytest -q tests/ --nbval-lax --nbval-current-env notebooks/ "$@"
