@@ -6,7 +6,10 @@ cd "$(dirname "$0")/.."
 if [ "${SKIP_SETUP:-0}" != 1 ]; then bash scripts/setup.sh; fi
 PY=${PY:-.venv/bin/python}
 # 1. style (ruff, clang-format) where installed; notebooks: jupytext twins in sync, none over 1 MB, no stray metadata
-PY="$PY" bash scripts/lint.sh
+lint=0
+PY="$PY" bash scripts/lint.sh || lint=$?
 "$PY" scripts/check_notebooks.py
 # 2. the tests and the notebooks (nbval compares the cells marked NBVAL_CHECK_OUTPUT with the stored GPU output)
 "$PY" -m pytest -q tests/ --nbval-lax --nbval-current-env notebooks/ "$@"
+# style problems fail the command too, after the tests have had their say
+if [ "$lint" != 0 ]; then echo "style checks failed (see above): ruff check --fix . / clang-format -i kernels/*" >&2; exit "$lint"; fi
