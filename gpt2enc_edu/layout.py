@@ -66,9 +66,13 @@ COMBINE_THREADS = 128
 
 #: Threads per block of the cooperative bucketing kernel (``BUCKETING_THREADS`` in bucketing.cu).
 BUCKETING_THREADS = 1024
-#: Buckets of one radix-sort pass (``1 << RADIX_BITS``).
-RADIX_DIGITS = 256
+#: Bits of the key one radix-sort pass sorts by, and its buckets (``1 << RADIX_BITS``).
+RADIX_BITS = 8
+RADIX_DIGITS = 1 << RADIX_BITS
 #: Size of the bucketing kernel's counter array, and the slots where it leaves the table's sizes.
 NUM_COUNTERS = 8
+COUNTER_NUM_DISTINCT = 0
+COUNTER_MAX_COUNT = 1
+COUNTER_NUM_CLASSES = 2
 COUNTER_NUM_BUCKETS = 3
 COUNTER_NUM_UNITS = 4
