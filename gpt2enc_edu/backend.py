@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from dataclasses import dataclass
 
 import numpy as np
+
+#: What runs when CUDA cannot: named in every reason string.
+MIRROR = "NumPy mirror of the kernels"
 
 #: Environment variable that pins ``array_module()``: "auto" (default), "numpy" or "cuda".
 BACKEND_ENV = "GPT2ENC_BACKEND"
@@ -43,15 +47,21 @@ def gpu_status() -> Backend:
     """Whether the CUDA backend can run in this process, and why (never raises)."""
     try:
         import cupy
-    except Exception as exc:  # ImportError, or a CuPy built for another CUDA
-        return Backend("numpy", f"CuPy is not importable ({type(exc).__name__}: {exc})")
-    if not cupy.cuda.is_available():
-        return Backend("numpy", "CuPy is installed but no CUDA GPU is visible")
+    except ModuleNotFoundError:
+        return Backend("numpy", f"CuPy is not installed: running the {MIRROR}")
+    except Exception as exc:  # a CuPy built for another CUDA, a broken install
+        return Backend("numpy", f"CuPy is installed but does not load ({exc}): running the {MIRROR}")
+    try:
+        visible = cupy.cuda.is_available()
+    except Exception:
+        visible = False
+    if not visible:
+        return Backend("numpy", f"CuPy is installed but sees no CUDA GPU: running the {MIRROR}")
     try:
         name, arch = _describe_device(cupy.cuda.Device().id)
     except Exception as exc:
-        return Backend("numpy", f"a CUDA GPU is visible but could not be queried ({exc})")
-    return Backend("cuda", f"CuPy sees a CUDA GPU ({arch})", device=name)
+        return Backend("numpy", f"a CUDA GPU is visible but could not be queried ({exc}): running the {MIRROR}")
+    return Backend("cuda", f"CuPy sees a CUDA GPU ({arch}): running the CUDA kernels", device=name)
 
 
 @functools.lru_cache(maxsize=None)
@@ -88,16 +98,15 @@ def array_module():
 def backend_of(**arrays) -> str:
     """"cuda" if every named argument is a CuPy array, "numpy" if every one is a NumPy array.
 
-    Raises ``TypeError`` naming the offending argument for anything else, or for a mix of the two.
+    Only plain arrays pass: ``numpy.ndarray`` itself (and ``numpy.memmap``, whose data is an ordinary
+    buffer mapped from a file) or ``cupy.ndarray`` itself. Subclasses are refused, because they change
+    what indexing, ``min``/``max`` or reshaping mean (``np.matrix`` stays 2-D, a masked array's ``min``
+    skips masked ids that the kernels would still read). Raises ``TypeError`` naming the offending
+    argument for anything else, or for a mix of the two.
     """
     kinds = {}
     for name, value in arrays.items():
-        if isinstance(value, np.ndarray):
-            kinds[name] = "numpy"
-        elif is_cupy_array(value):
-            kinds[name] = "cuda"
-        else:
-            raise TypeError(f"{name} must be a numpy.ndarray or cupy.ndarray, not {type(value).__name__}")
+        kinds[name] = array_kind(name, value)
     if len(set(kinds.values())) > 1:
         on_gpu = [n for n, k in kinds.items() if k == "cuda"]
         on_cpu = [n for n, k in kinds.items() if k == "numpy"]
@@ -108,6 +117,29 @@ def backend_of(**arrays) -> str:
     return next(iter(kinds.values()))
 
 
+#: The NumPy array types that reach a kernel: plain arrays, and memory maps (a plain buffer from a file).
+PLAIN_NUMPY_TYPES = (np.ndarray, np.memmap)
+
+
+def array_kind(name: str, value) -> str:
+    """"numpy" or "cuda" for a plain array; ``TypeError`` naming ``name`` for anything else (subclasses too)."""
+    if type(value) in PLAIN_NUMPY_TYPES:
+        return "numpy"
+    cupy = sys.modules.get("cupy")  # a CuPy array means CuPy is imported already
+    if cupy is not None and isinstance(value, cupy.ndarray):
+        if type(value) is cupy.ndarray:
+            return "cuda"
+        raise TypeError(f"{name} must be a plain cupy.ndarray, not the subclass {type(value).__name__}; "
+                        f"pass {name}.view(cupy.ndarray) if nothing is lost by that")
+    if isinstance(value, np.ndarray):
+        hint = ("; a masked array's mask would be ignored by the kernels, pass np.ma.filled or .data deliberately"
+                if isinstance(value, np.ma.MaskedArray) else f"; pass np.asarray({name}) if nothing is lost by that")
+        raise TypeError(f"{name} must be a plain numpy.ndarray, not the subclass {type(value).__name__}{hint}")
+    if type(value).__module__.split(".")[0] == "cupy" or hasattr(value, "__cuda_array_interface__"):
+        raise TypeError(f"{name} must be a plain cupy.ndarray, not {type(value).__name__}")
+    raise TypeError(f"{name} must be a numpy.ndarray or cupy.ndarray, not {type(value).__name__}")
+
+
 def record(name: str) -> Backend:
     """Remember the backend a public call is about to run on (see ``last_backend``)."""
     global _last
@@ -115,9 +147,9 @@ def record(name: str) -> Backend:
         import cupy
 
         device, arch = _describe_device(cupy.cuda.Device().id)
-        _last = Backend("cuda", f"the arguments are CuPy arrays, so the CUDA kernels ran ({arch})", device)
+        _last = Backend("cuda", f"the arguments are CuPy arrays: the CUDA kernels ran ({arch})", device)
     else:
-        _last = Backend("numpy", "the arguments are NumPy arrays, so the NumPy mirror ran")
+        _last = Backend("numpy", f"the arguments are NumPy arrays: the {MIRROR} ran")
     return _last
 
 
