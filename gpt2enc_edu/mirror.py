@@ -1,14 +1,23 @@
-"""The NumPy mirror: one function per CUDA kernel, written to be read side by side with it.
+"""The NumPy mirror: one function per CUDA kernel, with the kernel's name, to be read side by side with it.
 
 Each function takes the same arguments as its kernel, builds the kernel's thread indices with
 ``np.arange`` (one row per thread, one column per element of its 128-bit pack, ``k``), and does the same
 index math and the same fp32 operations in the same order (``fadd`` = the GPU's flush-to-zero add). Loops
-that a kernel runs *inside* a thread (over ``b``, over a bucket's items, over warps) stay Python loops here,
-so the order of every sum is the kernel's order.
+that a kernel runs *inside* a thread (over ``b``, over a bucket's items, over warps, over chunks) stay Python
+loops here, so the order of every sum is the kernel's order.
 
-Deterministic kernels (forward, wpe backward, bucketed wte backward) therefore give the GPU's bits exactly.
-The atomic kernel's order is decided by the hardware at run time; its mirror draws a fresh random order on
-every call, so it is nondeterministic in the same way.
+* ``encoder_forward`` <-> ``encoder_forward_kernel``
+* ``encoder_backward_wpe`` <-> ``encoder_backward_wpe_kernel``
+* ``encoder_backward_wte_bucketed`` <-> ``encoder_backward_wte_bucketed_kernel``
+* ``encoder_backward_wte_chunked_kernel`` and ``encoder_backward_wte_chunk_combine_kernel`` <-> the two
+  kernels of the same names, with the same flat fp32 ``partials`` layout; ``encoder_backward_wte_chunked``
+  runs the pair as the launcher does
+* ``encoder_backward_atomic`` <-> ``encoder_backward_atomic_fp32_kernel`` / ``..._bf16_kernel``
+* the bucket table's kernel, ``bucketing_kernel``, has its phase-by-phase twin in ``mirror_bucketing.py``
+
+Deterministic kernels (forward, wpe backward, bucketed and chunked wte backward) therefore give the GPU's
+bits exactly. The atomic kernels' order is decided by the hardware at run time; their mirror draws a fresh
+random order on every call, so it is nondeterministic in the same way.
 
 Arguments are validated by the public API (``gpt2enc_edu.encoder_*``) before these run.
 """
@@ -18,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from .buckets import BucketTable
-from .layout import CHUNK_ITEMS, WARP_SIZE, WTE_WARPS, pack_size
+from .layout import CHUNK_ITEMS, WARP_SIZE, WTE_WARPS, c_per_group, ceil_div, num_c_groups, pack_size
 from .rounding import (
     NOISE_STREAM_DWPE,
     NOISE_STREAM_DWTE,
@@ -29,8 +38,9 @@ from .rounding import (
     to_float,
 )
 
-#: How many buckets the wte mirror processes at once (bounds its memory, not its result).
+#: How many buckets (units) the bucketed (chunked) wte mirror processes at once: bounds memory, not the result.
 _BUCKETS_PER_STEP = 1024
+_UNITS_PER_STEP = 2048
 
 
 def _to_storage_nearest(value: np.ndarray, dtype) -> np.ndarray:
@@ -136,56 +146,107 @@ def encoder_backward_wte_bucketed(dwte, table: BucketTable, dout, C: int, seed: 
         )
 
 
-def encoder_backward_wte_chunked(dwte, table: BucketTable, dout, C: int, seed: int) -> None:
+def encoder_backward_wte_chunked_kernel(dwte, units, bt_list, dout, partials, num_units: int, C: int,
+                                        seed: int) -> None:
     """Mirror of ``encoder_backward_wte_chunked_kernel``: one warp per unit (token, chunk), all channel groups.
 
-    Each warp sums its chunk's items in order into a partial; a token of one chunk adds its partial to the
-    old value directly, a token of several chunks adds its partials in chunk order first. (On the GPU the
-    last warp to finish does that; here we do it once all partials exist: the order of the adds is the same.)
-    Threads are rows (unit, g, lane_id) for every channel group g, keeping only lanes that have channels.
+    Each warp sums its chunk's items in order. A single-chunk token is finished here (its sum plus the old
+    value, rounded into ``dwte``); a multi-chunk token's warps store their sums in ``partials`` (flat fp32),
+    at ``unit * num_groups * c_per_warp + g * c_per_warp + lane_id * size``, for the combine kernel.
+    Threads are rows (unit, g, lane_id): the kernel's loop over channel groups ``g`` inside a warp becomes
+    more rows, as each group's sum is independent. Lanes past C have no row (they do no work). Units are
+    taken a step at a time to bound memory.
     """
     size = pack_size(dout.dtype)
     k = np.arange(size)
     c_per_warp = WARP_SIZE * size
-    num_groups = -(-C // c_per_warp)
+    num_groups = ceil_div(C, c_per_warp)
     dout_flat = dout.reshape(-1)
     dwte_flat = dwte.reshape(-1)
-    units = table.units.astype(np.int64)
-    num_units = units.shape[0]
 
-    unit, g, lane_id = np.unravel_index(np.arange(num_units * num_groups * WARP_SIZE), (num_units, num_groups, WARP_SIZE))
-    c = g * c_per_warp + lane_id * size
-    has_channels = c < C
-    unit, c = unit[has_channels], c[has_channels]
-    ix, chunk, token_start, token_size = units[unit].T
-    num_chunks = -(-token_size // CHUNK_ITEMS)
-    chunk_first = chunk * CHUNK_ITEMS
-    chunk_size = np.minimum(CHUNK_ITEMS, token_size - chunk_first)
+    for first_unit in range(0, num_units, _UNITS_PER_STEP):
+        step = np.arange(first_unit, min(num_units, first_unit + _UNITS_PER_STEP))
+        unit, g, lane_id = (a.reshape(-1) for a in np.meshgrid(step, np.arange(num_groups), np.arange(WARP_SIZE),
+                                                                indexing="ij"))
+        c = g * c_per_warp + lane_id * size
+        has_channels = c < C
+        unit, g, lane_id, c = unit[has_channels], g[has_channels], lane_id[has_channels], c[has_channels]
 
-    # Chunk partials: the chunk's items in order.
-    accum = np.zeros((unit.size, size), dtype=np.float32)
-    for item in range(CHUNK_ITEMS):
-        active = np.flatnonzero(item < chunk_size)
-        bt = table.bt_list[token_start[active] + chunk_first[active] + item].astype(np.int64)
-        packed_dout = dout_flat[(bt * C + c[active])[:, None] + k]
-        accum[active] = fadd(accum[active], to_float(packed_dout))
+        ix, chunk, token_start, token_size = units[unit].astype(np.int64).T
+        num_chunks = ceil_div(token_size, CHUNK_ITEMS)
+        chunk_first = chunk * CHUNK_ITEMS
+        chunk_size = np.minimum(CHUNK_ITEMS, token_size - chunk_first)
 
-    # Token totals, computed on the rows of each token's last chunk. Rows are ordered by (unit, channel),
-    # so the same channel of chunk j of the same token sits `(chunk - j) * rows_per_unit` rows earlier.
-    rows_per_unit = int(has_channels.reshape(num_units, -1)[0].sum()) if num_units else 0
-    total = accum.copy()
-    last = np.flatnonzero(chunk == num_chunks - 1)
-    multi = last[num_chunks[last] > 1]
-    total[multi] = accum[multi - chunk[multi] * rows_per_unit]
-    for j in range(1, int(num_chunks.max(initial=1))):
-        more = multi[num_chunks[multi] > j]
-        total[more] = fadd(total[more], accum[more - (chunk[more] - j) * rows_per_unit])
+        # The chunk's items in order: accum = ((0 + d[item 0]) + d[item 1]) + ...
+        accum = np.zeros((unit.size, size), dtype=np.float32)
+        for item in range(CHUNK_ITEMS):
+            active = np.flatnonzero(item < chunk_size)
+            bt = bt_list[token_start[active] + chunk_first[active] + item].astype(np.int64)
+            packed_dout = dout_flat[(bt * C + c[active])[:, None] + k]
+            accum[active] = fadd(accum[active], to_float(packed_dout))
 
-    dwte_ix = (ix[last] * C + c[last])[:, None] + k  # also each element's noise position
-    packed_dwte = dwte_flat[dwte_ix]
+        # A single-chunk token: read-modify-write of dwte.
+        single = np.flatnonzero(num_chunks == 1)
+        dwte_ix = (ix[single] * C + c[single])[:, None] + k  # also each element's noise position
+        packed_dwte = dwte_flat[dwte_ix]
+        dwte_flat[dwte_ix] = round_to_storage(
+            fadd(accum[single], to_float(packed_dwte)), dwte.dtype, dwte_ix, NOISE_STREAM_DWTE, seed
+        )
+
+        # A multi-chunk token: store the partial sums.
+        multi = np.flatnonzero(num_chunks > 1)
+        my_partials = unit[multi] * num_groups * c_per_warp
+        partials[(my_partials + g[multi] * c_per_warp + lane_id[multi] * size)[:, None] + k] = accum[multi]
+
+
+def encoder_backward_wte_chunk_combine_kernel(dwte, units, partials, num_units: int, C: int, seed: int) -> None:
+    """Mirror of ``encoder_backward_wte_chunk_combine_kernel``: one block per multi-chunk token.
+
+    The block of a token's first unit adds the token's partials in chunk order (the first one taken as it
+    is: ``total = p_0``, then ``total += p_1`` ...), adds the old value and rounds. A token's partials
+    start at ``unit * c_padded`` (its units are consecutive, so chunk ``ch`` is ``ch * c_padded`` further).
+    Threads are rows (block, c) with four channels each, for every ``c = threadIdx.x * 4 + n * 4 *
+    COMBINE_THREADS < C``: all multiples of 4 below C.
+    """
+    c_padded = num_c_groups(C, dwte.dtype) * c_per_group(dwte.dtype)
+    k = np.arange(4)
+    dwte_flat = dwte.reshape(-1)
+    work = units[:num_units].astype(np.int64)
+    num_chunks = ceil_div(work[:, 3], CHUNK_ITEMS)
+    # Blocks that do work: a multi-chunk token's first unit (the others return at once).
+    first_units = np.flatnonzero((work[:, 1] == 0) & (num_chunks > 1))
+
+    unit, c = (a.reshape(-1) for a in np.meshgrid(first_units, np.arange(0, C, 4), indexing="ij"))
+    ix = work[unit, 0]
+    chunks_of_thread = num_chunks[unit]
+    token_partials = unit * c_padded
+
+    total = partials[(token_partials + c)[:, None] + k]  # chunk 0: total = loaded[0]
+    for ch in range(1, int(num_chunks.max(initial=1))):
+        active = np.flatnonzero(ch < chunks_of_thread)
+        loaded = partials[(token_partials[active] + ch * c_padded + c[active])[:, None] + k]
+        total[active] = fadd(total[active], loaded)
+
+    dwte_ix = (ix * C + c)[:, None] + k  # also each element's noise position
     dwte_flat[dwte_ix] = round_to_storage(
-        fadd(total[last], to_float(packed_dwte)), dwte.dtype, dwte_ix, NOISE_STREAM_DWTE, seed
+        fadd(total, to_float(dwte_flat[dwte_ix])), dwte.dtype, dwte_ix, NOISE_STREAM_DWTE, seed
     )
+
+
+def encoder_backward_wte_chunked(dwte, table: BucketTable, dout, C: int, seed: int) -> None:
+    """The chunk kernel, then the combine kernel, as ``cuda.encoder_backward_wte_chunked`` launches them.
+
+    The result, for every channel: chunk partials ``p = ((0 + d[item 0]) + d[item 1]) + ...`` in bt order,
+    token total ``s = ((p_0 + p_1) + p_2) + ...`` in chunk order (``s = p_0`` for one chunk), then
+    ``dwte = round_to_storage(s + dwte_old)``. ``partials`` holds the multi-chunk tokens' units, a prefix
+    of the unit list, as on the GPU (whose buffer is sized by a bound and may be longer).
+    """
+    units = table.units
+    c_padded = num_c_groups(C, dout.dtype) * c_per_group(dout.dtype)
+    num_multi_chunk_units = int(np.count_nonzero(units[:, 3] > CHUNK_ITEMS))
+    partials = np.zeros(num_multi_chunk_units * c_padded, dtype=np.float32)
+    encoder_backward_wte_chunked_kernel(dwte, units, table.bt_list, dout, partials, table.num_units, C, seed)
+    encoder_backward_wte_chunk_combine_kernel(dwte, units, partials, table.num_units, C, seed)
 
 
 def encoder_backward_atomic(dwte, dwpe, dout, inp, B: int, T: int, C: int, *, bf16_atomics: bool, rng=None):
