@@ -1,0 +1,257 @@
+"""The package's kernels in per-thread Python form (tier 2): the CUDA body as a function of one thread.
+
+Each ``encoder_*`` function here reads line by line like its kernel in ``kernels/``: the same index math,
+the same fp32 adds in the same order (``fadd`` flushes subnormals to zero as the GPU does), the same
+barriers and shuffles. ``grid.launch`` runs it over the grid, and the ``launch_*`` functions below do that
+with the real kernel's launch shape (the grid and block math of ``gpt2enc_edu/cuda.py``) on NumPy arrays,
+so the result can be compared bit for bit with the mirror (``tests/test_course_perthread.py`` does).
+
+The ``launch_*`` functions take any per-thread kernel of the same signature: the notebooks' build-it
+exercises run the learner's kernel through them. A pack of 128 bits (8 bf16 or 4 fp32 elements) is a small
+NumPy array here; adding two packs adds element by element, as the kernels' ``for k`` loops do.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..buckets import BucketTable
+from ..layout import (
+    BLOCK_SIZE,
+    CHUNK_ITEMS,
+    CHUNKED_WARPS_PER_BLOCK,
+    COMBINE_THREADS,
+    WARP_SIZE,
+    WTE_BLOCK_SIZE,
+    WTE_WARPS,
+    ceil_div,
+    pack_size,
+)
+from ..rounding import NOISE_STREAM_DWPE, NOISE_STREAM_DWTE
+from .grid import fadd, launch, load128, round_to_storage, store128, to_float, to_storage_nearest
+
+
+# ------------------------------------------------------------------------------------------------------
+# The kernels, one thread each.
+def encoder_forward(cuda, out, inp, wte, wpe, B, T, C):
+    """``encoder_forward_kernel``: one thread per 128-bit pack of ``out``."""
+    size = pack_size(wte.dtype)
+    idx = (cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x) * size
+    if idx >= B * T * C:
+        return
+
+    bt = idx // C
+    b = bt // T
+    t = bt % T
+    c = idx % C
+
+    ix = int(inp[b * T + t])
+
+    wte128 = load128(wte, ix * C + c, cuda)
+    wpe128 = load128(wpe, t * C + c, cuda)
+    packed_out = to_storage_nearest(fadd(to_float(wte128), to_float(wpe128)), out.dtype)
+    store128(out, b * T * C + t * C + c, packed_out, cuda)
+
+
+def encoder_backward_atomic_fp32(cuda, dwte32, dwpe32, dout, inp, B, T, C):
+    """``encoder_backward_atomic_fp32_kernel``: every thread adds its pack into dwte and dwpe with atomics."""
+    size = pack_size(dout.dtype)
+    idx = (cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x) * size
+    if idx >= B * T * C:
+        return
+
+    bt = idx // C
+    b = bt // T
+    t = bt % T
+    c = idx % C
+
+    ix = int(inp[b * T + t])
+
+    packed_dout = to_float(load128(dout, b * T * C + t * C + c, cuda))
+    for k in range(size):
+        cuda.atomic_add(dwte32, ix * C + c + k, packed_dout[k])
+        cuda.atomic_add(dwpe32, t * C + c + k, packed_dout[k])
+
+
+def encoder_backward_wpe(cuda, dwpe, dout, B, T, C, seed):
+    """``encoder_backward_wpe_kernel``: each thread owns one pack of dwpe and sums over b in order."""
+    size = pack_size(dout.dtype)
+    idx = (cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x) * size
+    if idx >= T * C:
+        return
+
+    t = idx // C
+    c = idx % C
+
+    accum = np.zeros(size, dtype=np.float32)
+    for b in range(B):  # b = 0, 1, ..., B-1 (the kernel's unrolled loop adds in this order too)
+        accum = fadd(accum, to_float(load128(dout, b * T * C + t * C + c, cuda)))
+
+    packed_dwpe = load128(dwpe, t * C + c, cuda)
+    element = idx + np.arange(size)  # the noise position: each element's flat index in dwpe
+    packed_dwpe = round_to_storage(fadd(accum, to_float(packed_dwpe)), dwpe.dtype, element, NOISE_STREAM_DWPE, seed)
+    store128(dwpe, t * C + c, packed_dwpe, cuda)
+
+
+def encoder_backward_wte_bucketed(cuda, dwte, bucket_info, bt_list, dout, num_buckets, C, seed):
+    """``encoder_backward_wte_bucketed_kernel``: one block of 8 warps per bucket, warp 0 combines.
+
+    ``bucket_info`` is the table's ``info`` flattened (4 ints per bucket); ``num_buckets`` a 1-element array.
+    """
+    size = pack_size(dout.dtype)
+    accum_shared = cuda.shared_array("accum_shared", size * WTE_BLOCK_SIZE, np.float32)
+
+    bucket = cuda.blockIdx.x
+    if bucket >= num_buckets[0]:
+        return  # uniform across the block: no thread reaches the barrier
+    warp_id = cuda.threadIdx.x // WARP_SIZE
+    lane_id = cuda.threadIdx.x % WARP_SIZE
+    c_per_warp = WARP_SIZE * size
+
+    bucket_start, bucket_size, bucket_ix, c_group = (int(v) for v in bucket_info[4 * bucket : 4 * bucket + 4])
+    c = c_group * c_per_warp + lane_id * size
+    has_channels = c < C  # lanes past C do no work but still reach the barrier
+
+    accum = np.zeros(size, dtype=np.float32)
+    if has_channels:
+        for item in range(warp_id, bucket_size, WTE_WARPS):
+            bt = int(bt_list[bucket_start + item])
+            accum = fadd(accum, to_float(load128(dout, bt * C + c, cuda)))
+
+    # Warps 1..7 hand their partial sums to warp 0 through shared memory, layout [k][thread].
+    k_stride = np.arange(size) * WTE_BLOCK_SIZE
+    if warp_id != 0:
+        accum_shared[cuda.threadIdx.x + k_stride] = accum
+    yield cuda.syncthreads()
+    if warp_id != 0 or not has_channels:
+        return
+
+    packed_dwte = load128(dwte, bucket_ix * C + c, cuda)
+    busy_warps = min(WTE_WARPS, bucket_size)
+    for w in range(1, busy_warps):
+        accum = fadd(accum, accum_shared[w * WARP_SIZE + lane_id + k_stride])
+
+    element = bucket_ix * C + c + np.arange(size)
+    packed_dwte = round_to_storage(fadd(accum, to_float(packed_dwte)), dwte.dtype, element, NOISE_STREAM_DWTE, seed)
+    store128(dwte, bucket_ix * C + c, packed_dwte, cuda)
+
+
+def encoder_backward_wte_chunked(cuda, dwte, units, bt_list, dout, partials, num_units, C, seed):
+    """``encoder_backward_wte_chunked_kernel``: one warp per unit (token, chunk of 32 items), every group.
+
+    A single-chunk token is finished here; a multi-chunk token's warps leave their partial sums in
+    ``partials`` for the combine kernel. ``units`` is flattened (4 ints per unit).
+    """
+    size = pack_size(dout.dtype)
+    warp_id = cuda.threadIdx.x // WARP_SIZE
+    lane_id = cuda.threadIdx.x % WARP_SIZE
+    unit = cuda.blockIdx.x * CHUNKED_WARPS_PER_BLOCK + warp_id
+    if unit >= num_units[0]:
+        return  # the whole warp leaves together
+    c_per_warp = WARP_SIZE * size
+    num_groups = ceil_div(C, c_per_warp)
+
+    ix, chunk, token_start, token_size = (int(v) for v in units[4 * unit : 4 * unit + 4])
+    num_chunks = ceil_div(token_size, CHUNK_ITEMS)
+    chunk_first = chunk * CHUNK_ITEMS
+    chunk_size = min(CHUNK_ITEMS, token_size - chunk_first)
+
+    # Lane i loads item i's position; shuffles hand each position to every lane.
+    my_bt = int(bt_list[token_start + chunk_first + lane_id]) if lane_id < chunk_size else 0
+    my_partials = unit * num_groups * c_per_warp
+    single_chunk = num_chunks == 1
+
+    for g in range(num_groups):
+        c = g * c_per_warp + lane_id * size
+        has_channels = c < C
+        accum = np.zeros(size, dtype=np.float32)
+        for item in range(chunk_size):
+            bt = yield cuda.shfl_sync(my_bt, item)  # every lane takes part, even those without channels
+            if has_channels:
+                accum = fadd(accum, to_float(load128(dout, bt * C + c, cuda)))
+        if not has_channels:
+            continue
+        if single_chunk:
+            packed_dwte = load128(dwte, ix * C + c, cuda)
+            element = ix * C + c + np.arange(size)
+            packed_dwte = round_to_storage(fadd(accum, to_float(packed_dwte)), dwte.dtype, element,
+                                           NOISE_STREAM_DWTE, seed)
+            store128(dwte, ix * C + c, packed_dwte, cuda)
+        else:
+            start = my_partials + g * c_per_warp + lane_id * size
+            partials[start : start + size] = accum
+
+
+def encoder_backward_wte_chunk_combine(cuda, dwte, units, partials, num_units, C, seed):
+    """``encoder_backward_wte_chunk_combine_kernel``: one block per multi-chunk token adds its partials in
+    chunk order, then the old value, and rounds once; four channels per thread."""
+    size = pack_size(dwte.dtype)
+    unit = cuda.blockIdx.x
+    if unit >= num_units[0]:
+        return
+    ix, chunk, _, token_size = (int(v) for v in units[4 * unit : 4 * unit + 4])
+    num_chunks = ceil_div(token_size, CHUNK_ITEMS)
+    if chunk != 0 or num_chunks == 1:
+        return  # only the block of a multi-chunk token's first unit works
+    c_padded = ceil_div(C, WARP_SIZE * size) * WARP_SIZE * size
+    token_partials = unit * c_padded
+
+    for c in range(cuda.threadIdx.x * 4, C, COMBINE_THREADS * 4):
+        total = partials[token_partials + c : token_partials + c + 4].copy()  # chunk 0
+        for ch in range(1, num_chunks):
+            start = token_partials + ch * c_padded + c
+            total = fadd(total, partials[start : start + 4])
+        for k in range(4):
+            element = ix * C + c + k
+            dwte[element] = round_to_storage(fadd(total[k], to_float(dwte[element])), dwte.dtype, element,
+                                             NOISE_STREAM_DWTE, seed)
+
+
+# ------------------------------------------------------------------------------------------------------
+# Launchers: the real kernels' launch shapes (gpt2enc_edu/cuda.py), on NumPy arrays.
+def launch_forward(kernel, out, inp, wte, wpe, *, rng=None) -> None:
+    B, T = inp.shape
+    C = wte.shape[1]
+    threads = B * T * C // pack_size(wte.dtype)
+    launch(kernel, ceil_div(threads, BLOCK_SIZE), BLOCK_SIZE,
+           (out.reshape(-1), inp.reshape(-1), wte.reshape(-1), wpe.reshape(-1), B, T, C), rng=rng)
+
+
+def launch_backward_wpe(kernel, dwpe, dout, seed: int, *, rng=None) -> None:
+    B, T, C = dout.shape
+    threads = T * C // pack_size(dout.dtype)
+    launch(kernel, ceil_div(threads, BLOCK_SIZE), BLOCK_SIZE, (dwpe.reshape(-1), dout.reshape(-1), B, T, C, seed),
+           rng=rng)
+
+
+def launch_backward_atomic(kernel, dwte, dwpe, dout, inp, *, rng=None) -> None:
+    """The fp32 atomic kernel; for bf16 storage into fp32 copies, rounded back to nearest once (as cuda.py)."""
+    B, T, C = dout.shape
+    threads = B * T * C // pack_size(dout.dtype)
+    dwte32, dwpe32 = to_float(dwte).copy(), to_float(dwpe).copy()
+    launch(kernel, ceil_div(threads, BLOCK_SIZE), BLOCK_SIZE,
+           (dwte32.reshape(-1), dwpe32.reshape(-1), dout.reshape(-1), inp.reshape(-1), B, T, C), rng=rng)
+    dwte[...] = to_storage_nearest(dwte32, dwte.dtype)
+    dwpe[...] = to_storage_nearest(dwpe32, dwpe.dtype)
+
+
+def launch_backward_wte_bucketed(kernel, dwte, table: BucketTable, dout, seed: int, *, rng=None) -> None:
+    C = dout.shape[-1]
+    num_buckets = np.array([table.num_buckets], dtype=np.int32)
+    launch(kernel, max(table.num_buckets, 1), WTE_BLOCK_SIZE,
+           (dwte.reshape(-1), table.info.reshape(-1), table.bt_list, dout.reshape(-1), num_buckets, C, seed), rng=rng)
+
+
+def launch_backward_wte_chunked(chunk_kernel, combine_kernel, dwte, table: BucketTable, dout, seed: int, *,
+                                rng=None) -> None:
+    C = dout.shape[-1]
+    size = pack_size(dout.dtype)
+    c_padded = ceil_div(C, WARP_SIZE * size) * WARP_SIZE * size
+    partials = np.full(max(table.num_units, 1) * c_padded, np.nan, dtype=np.float32)
+    num_units = np.array([table.num_units], dtype=np.int32)
+    units = table.units.reshape(-1)
+    launch(chunk_kernel, max(ceil_div(table.num_units, CHUNKED_WARPS_PER_BLOCK), 1),
+           WARP_SIZE * CHUNKED_WARPS_PER_BLOCK,
+           (dwte.reshape(-1), units, table.bt_list, dout.reshape(-1), partials, num_units, C, seed), rng=rng)
+    launch(combine_kernel, max(table.num_units, 1), COMBINE_THREADS,
+           (dwte.reshape(-1), units, partials, num_units, C, seed), rng=rng)
