@@ -12,9 +12,23 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import backend, buckets, cuda, mirror, validate
+from . import backend, buckets, cuda, memory, mirror, validate
 from .gpu_buckets import build_bucket_table_gpu
 from .loader import cupy_module
+
+
+def _hold(backend_name: str, writes, reads):
+    """Hold the memory a call writes and reads (``memory.SPAN_LOCK``); CUDA calls also hold their stream.
+
+    Calls that write the same memory from several threads run one after another, in the order they get the
+    lock; calls on separate memory run side by side. The stream is held because a call reuses per-stream
+    scratch buffers (the GPU bucket table, the chunk partials) between its launches.
+    """
+    resources = ()
+    if backend_name == "cuda":
+        cupy = cupy_module()
+        resources = (("stream", cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr),)
+    return memory.SPAN_LOCK.hold(writes, reads, resources)
 
 
 def _runner(name: str):
@@ -42,7 +56,8 @@ def encoder_forward(inp, wte, wpe, *, out=None, check_ids: bool = True):
     if out is None:
         xp = np if dims.backend == "numpy" else cupy_module()
         out = xp.empty((dims.B, dims.T, dims.C), dtype=dims.dtype)
-    run.encoder_forward(out, inp, wte, wpe, dims.B, dims.T, dims.C)
+    with _hold(dims.backend, writes=(out,), reads=(inp, wte, wpe)):
+        run.encoder_forward(out, inp, wte, wpe, dims.B, dims.T, dims.C)
     return out
 
 
@@ -63,7 +78,8 @@ def make_buckets(inp, C: int, dtype, *, V: int | None = None):
         if V is None:
             raise ValueError("V (the vocabulary size) is required to bucket CuPy ids on the GPU")
         backend.record("cuda")
-        return build_bucket_table_gpu(inp, int(C), np.dtype(dtype), int(V))
+        with _hold("cuda", writes=(), reads=(inp,)):  # the table lives in the stream's reused workspace
+            return build_bucket_table_gpu(inp, int(C), np.dtype(dtype), int(V))
     backend.record("numpy")
     return buckets.build_bucket_table(inp, int(C), dtype)
 
@@ -92,14 +108,19 @@ def encoder_backward(dwte, dwpe, dout, inp, *, seed, method: str = "bucketed", b
     check_ids : verify ``0 <= inp < V`` first (on the GPU: a reduction and a sync). With ``False``,
         out-of-range ids are undefined behaviour, as in llm.c.
 
-    The old contents of ``dwte``/``dwpe`` are added to, so gradient accumulation over calls works.
-    Deterministic methods give bitwise reproducible results, identical on both backends.
+    The old contents of ``dwte``/``dwpe`` are added to, so gradient accumulation over calls works; in bf16
+    the atomic methods round to nearest, so an update below half an ulp of the old value is lost on every
+    call (the accumulation stalls), while the deterministic methods' stochastic rounding keeps it on average.
+    Deterministic methods give bitwise reproducible results, identical on both backends. Calls from several
+    threads that write the same memory run one after another; see ``docs/reliability.md``.
     """
-    dims, seed = validate.backward_args(dwte, dwpe, dout, inp, seed, method, check_ids)
-    if bucketing not in ("auto", "cpu", "gpu"):
-        raise ValueError(f"bucketing must be 'auto', 'cpu' or 'gpu', not {bucketing!r}")
-    if bucketing == "gpu" and dims.backend != "cuda":
-        raise ValueError("bucketing='gpu' needs CuPy arrays; NumPy arrays are bucketed on the CPU")
+    dims, seed = validate.backward_args(dwte, dwpe, dout, inp, seed, method, check_ids, bucketing)
+    with _hold(dims.backend, writes=(dwte, dwpe), reads=(dout, inp)):
+        _backward(dims, dwte, dwpe, dout, inp, seed, method, bucketing)
+
+
+def _backward(dims, dwte, dwpe, dout, inp, seed: int, method: str, bucketing: str) -> None:
+    """``encoder_backward`` after validation, with its memory held: the dispatch to a kernel or its mirror."""
     run = _runner(dims.backend)
     B, T, C = dims.B, dims.T, dims.C
     if method in ("atomic", "atomic_bf16"):

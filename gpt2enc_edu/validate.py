@@ -6,6 +6,12 @@ size, alignment) naming the argument, and leaves every output buffer bitwise unc
 
 Decisions worth knowing (the README lists them too):
 
+* only plain arrays reach a kernel: ``numpy.ndarray`` (or ``numpy.memmap``) and ``cupy.ndarray`` themselves;
+  subclasses (``np.matrix``, masked arrays, others) are refused with ``TypeError`` (``backend.array_kind``);
+* flags and choices have their exact types: ``check_ids`` a ``bool``, ``method`` and ``bucketing`` strings,
+  ``seed`` an integer type (``check_int``: no ``bool``, no ``timedelta64``);
+* outputs must not overlap each other or an input, judged on the memory itself (``memory.spans``: address
+  ranges, and file ranges for memory maps, so two maps of one file are caught);
 * token ids must be ``int32`` (the kernels read ``const int*``); ``int64`` is refused rather than copied
   behind your back: pass ``inp.astype(np.int32)``;
 * arrays must be C-contiguous with a 16-byte-aligned start (every thread does 128-bit loads): a strided or
@@ -24,10 +30,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .backend import backend_of, is_cupy_array
+from .backend import backend_of
 from .layout import INT32_LIMIT, STORAGE_DTYPES, dtype_name, pack_size
+from .memory import data_pointer, overlap, spans
 
 METHODS = ("bucketed", "chunked", "atomic", "atomic_bf16")
+#: Where the deterministic methods' bucket table is built.
+BUCKETINGS = ("auto", "cpu", "gpu")
 
 
 @dataclass(frozen=True)
@@ -67,13 +76,6 @@ def check_storage_dtype(name: str, array) -> np.dtype:
     if array.dtype not in STORAGE_DTYPES:
         raise TypeError(f"{name} must be ml_dtypes.bfloat16 or numpy.float32, not {array.dtype}")
     return np.dtype(array.dtype)
-
-
-def data_pointer(array) -> int:
-    """Address of the first element (host address for NumPy, device address for CuPy)."""
-    if is_cupy_array(array):
-        return int(array.data.ptr)
-    return int(array.__array_interface__["data"][0])
 
 
 def check_layout(name: str, array) -> None:
@@ -122,18 +124,18 @@ def check_ids_in_range(inp, V: int, name: str = "inp") -> None:
 
 
 def check_disjoint(outputs: dict, inputs: dict) -> None:
-    """No output overlaps another output or an input: the kernels read and write them concurrently."""
-    spans = {}
-    for name, array in {**outputs, **inputs}.items():
-        start = data_pointer(array)
-        spans[name] = (start, start + array.nbytes)
-    names = list(spans)
+    """No output overlaps another output or an input: the kernels read and write them concurrently.
+
+    Overlap is judged on the memory itself (``memory.spans``): address ranges, and for memory-mapped files
+    the byte ranges of the file, so two maps of one file are seen to overlap although their addresses differ.
+    """
+    covered = {name: spans(array) for name, array in {**outputs, **inputs}.items()}
+    names = list(covered)
     for i, a in enumerate(names):
         for b in names[i + 1 :]:
             if a not in outputs and b not in outputs:
                 continue
-            (a0, a1), (b0, b1) = spans[a], spans[b]
-            if a0 < b1 and b0 < a1:
+            if overlap(covered[a], covered[b]):
                 raise ValueError(f"{a} and {b} overlap in memory; the output must be a separate buffer")
 
 
@@ -161,12 +163,30 @@ def _check_C(C: int, dtype: np.dtype, name: str) -> None:
         )
 
 
+def check_flag(name: str, value) -> bool:
+    """``value`` is a ``bool`` (or ``numpy.bool_``); ``None``, ``0``, ``[]`` or an array are refused, not read."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, not {type(value).__name__}")
+    return bool(value)
+
+
+def check_choice(name: str, value, choices: tuple[str, ...]) -> str:
+    """``value`` is a ``str`` among ``choices``: ``TypeError`` for other types (arrays too), else ``ValueError``."""
+    listed = ", ".join(map(repr, choices))
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a string, one of {listed}, not {type(value).__name__}")
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {listed}, not {value!r}")
+    return str(value)
+
+
 def forward_args(inp, wte, wpe, out, check_ids: bool) -> Dims:
     """Validate ``encoder_forward``'s arguments; returns the call's sizes."""
     arrays = {"inp": inp, "wte": wte, "wpe": wpe}
     if out is not None:
         arrays["out"] = out
     backend = backend_of(**arrays)
+    check_ids = check_flag("check_ids", check_ids)
     if backend == "cuda":
         check_device(arrays)
     B, T = check_ids_array(inp)
@@ -191,16 +211,17 @@ def forward_args(inp, wte, wpe, out, check_ids: bool) -> Dims:
     return Dims(B, T, C, V, maxT, dtype, backend)
 
 
-def backward_args(dwte, dwpe, dout, inp, seed, method: str, check_ids: bool) -> tuple[Dims, int]:
+def backward_args(dwte, dwpe, dout, inp, seed, method, check_ids, bucketing="auto") -> tuple[Dims, int]:
     """Validate ``encoder_backward``'s arguments; returns the call's sizes and the seed as an int."""
     backend = backend_of(dwte=dwte, dwpe=dwpe, dout=dout, inp=inp)
+    seed = check_seed(seed)
+    method = check_choice("method", method, METHODS)
+    bucketing = check_choice("bucketing", bucketing, BUCKETINGS)
+    check_ids = check_flag("check_ids", check_ids)
+    if bucketing == "gpu" and backend != "cuda":
+        raise ValueError("bucketing='gpu' needs CuPy arrays; NumPy arrays are bucketed on the CPU")
     if backend == "cuda":
         check_device({"dwte": dwte, "dwpe": dwpe, "dout": dout, "inp": inp})
-    seed = check_seed(seed)
-    if not isinstance(method, str):
-        raise TypeError(f"method must be a string, one of {', '.join(map(repr, METHODS))}, not {type(method).__name__}")
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {', '.join(map(repr, METHODS))}, not {method!r}")
     B, T = check_ids_array(inp)
     dtype = check_storage_dtype("dout", dout)
     if dout.ndim != 3:
