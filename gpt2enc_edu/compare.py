@@ -2,11 +2,15 @@
 
 * ``bitwise_equal``: the same bits, except that any NaN equals any NaN (the GPU writes the canonical
   NaN 0x7FFF / 0x7FFFFFFF, NumPy keeps payloads; a NaN is a NaN).
-* ``error_bound``: how far a result may be from the float64 reference. Two sources of error:
+* ``error_bound``: how far a result may be from the float64 reference. Three sources of error:
   the fp32 sums (each add errs by at most half an fp32 ulp of the running magnitude, bounded by
-  ``terms * eps32 * sum|terms|``) and the final rounding to the storage dtype (at most one ulp of that
-  dtype: ``eps * |value|``; stochastic rounding can go either way, so a full ulp, not half). For atomics on
-  bf16 every add rounds, so the bf16 epsilon multiplies the terms too.
+  ``terms * eps32 * sum|terms|``), the final rounding to the storage dtype (at most one ulp of that
+  dtype: ``eps * |value|``; stochastic rounding can go either way, so a full ulp, not half), and
+  flush-to-zero (CuPy compiles with ``-ftz=true``, the mirror does the same): every fp32 add may flush its
+  two operands and its result to zero when they lie below the smallest normal number, 2**-126 (bf16 has
+  the same exponent range), so an absolute floor of ``FTZ_FLOOR_PER_TERM * terms`` is added. For atomics
+  on bf16 every add rounds, so the bf16 epsilon multiplies the terms too. The bound holds while
+  ``sum|terms|`` stays below the largest finite value of the storage dtype (past it, Inf is a result).
 """
 
 from __future__ import annotations
@@ -65,17 +69,27 @@ def ulp_difference(a, b) -> np.ndarray:
     return ordered(a) - ordered(b)
 
 
+#: The smallest normal fp32 (and bf16) number: fp32 values below it are flushed to zero on the GPU.
+MIN_NORMAL = float(2.0**-126)
+#: Absolute error flush-to-zero may add per term: an element's sum of ``terms`` terms (the old value
+#: included) takes at most ``2 * terms`` fp32 adds (the items, the warp or chunk combines, the old value),
+#: and each add may flush two operands and its result, each smaller than ``MIN_NORMAL``.
+FTZ_FLOOR_PER_TERM = 6 * MIN_NORMAL
+
+
 def error_bound(dtype, magnitude, terms: int, *, rounding_per_add: bool = False) -> np.ndarray:
     """Largest allowed |result - reference| for values built from ``terms`` additions of size ``magnitude``.
 
     ``magnitude`` is the sum of absolute values of everything added (``reference.Gradients.*_abs``, or
     ``|a| + |b|`` for one add). fp32 accumulation errs by at most ``terms * eps32 * magnitude``; the final
     rounding to ``dtype`` by one ulp, at most ``eps(dtype) * magnitude``; with ``rounding_per_add`` (bf16
-    atomics) every add rounds to ``dtype``.
+    atomics) every add rounds to ``dtype``. Flush-to-zero adds the absolute floor
+    ``terms * FTZ_FLOOR_PER_TERM`` (about ``7e-38 * terms``): results whose exact value lies in the
+    subnormal range may come out as zero. Valid while ``magnitude`` stays below the dtype's largest value.
     """
     magnitude = np.asarray(magnitude, dtype=np.float64)
     per_add = eps(dtype) if rounding_per_add else eps(np.float32)
-    return (terms * per_add + eps(dtype)) * magnitude
+    return (terms * per_add + eps(dtype)) * magnitude + terms * FTZ_FLOOR_PER_TERM
 
 
 def within_bound(result, reference, bound) -> bool:
