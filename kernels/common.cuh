@@ -50,7 +50,10 @@ __device__ Packed128<ElementType> load128(const ElementType* address) {
     return Packed128<ElementType>{*reinterpret_cast<const int4*>(address)};
 }
 
-// Streaming load: data read exactly once (dout, a gathered wte row) should not push reusable lines out of L2.
+// Streaming load ("evict first"): for data read exactly once, such as dout, so that it does not push reusable
+// lines out of L2. A wte row is NOT read once: in real text a frequent token's row is gathered hundreds of
+// times per batch (in B=8, T=1024 batches of the shipped sample, the most frequent row is read 431 to 1594
+// times, depending on the batch).
 template <class ElementType>
 __device__ Packed128<ElementType> load128cs(const ElementType* address) {
     return Packed128<ElementType>{__ldcs(reinterpret_cast<const int4*>(address))};

@@ -37,9 +37,10 @@ extern "C" __global__ void encoder_backward_atomic_fp32_kernel(float* dwte32, fl
 }
 
 #ifndef ENC_FP32
-// bf16 atomics on pairs: one 32-bit atomic updates two neighbouring bf16 values. sm_80 and newer have a
-// native instruction; older GPUs (a T4 is sm_75) get a compare-and-swap loop on the 32-bit word, which is
-// just as correct, only slower.
+// bf16 atomics on pairs: one 32-bit atomic updates two neighbouring bf16 values. Only sm_90 and newer have a
+// native instruction (CUDA's cuda_bf16.hpp emits atom.add.noftz.bf16x2 under NV_PROVIDES_SM_90); for sm_80
+// the header's atomicAdd is itself a compare-and-swap loop, and below sm_80 (a T4 is sm_75) there is no
+// bf16 atomicAdd at all, so the loop below does the same: just as correct, only slower.
 __device__ __forceinline__ void atomic_add_bf16x2(__nv_bfloat162* target, __nv_bfloat162 value) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
     atomicAdd(target, value);
