@@ -1,0 +1,235 @@
+"""The PyTorch adapter (``gpt2enc_edu.torch``) against the package's own calls and against ``F.embedding``.
+
+CPU tests need torch (skipped cleanly without it); tests marked ``gpu`` need CuPy, a GPU and a CUDA torch.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import gpt2enc_edu as enc
+from gpt2enc_edu import compare
+from gpt2enc_edu.problems import random_problem
+from gpt2enc_edu.rounding import bfloat16
+
+DTYPES = [pytest.param(bfloat16, id="bf16"), pytest.param(np.float32, id="fp32")]
+DETERMINISTIC = ["chunked", "bucketed"]
+
+
+def test_import_gpt2enc_edu_does_not_import_torch():
+    code = "import sys, gpt2enc_edu; gpt2enc_edu.encoder_forward; print('torch' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"
+
+
+@pytest.fixture
+def tt():
+    """``gpt2enc_edu.torch``, or a skip when torch is not installed."""
+    pytest.importorskip("torch")
+    from gpt2enc_edu import torch as adapter
+
+    return adapter
+
+
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def device(request):
+    """The torch device of one backend: the CPU (NumPy mirror) always, CUDA (the kernels) with a GPU."""
+    torch = pytest.importorskip("torch")
+    if request.param == "cuda" and not torch.cuda.is_available():
+        pytest.skip(f"torch {torch.__version__} sees no CUDA GPU")
+    return torch.device(request.param)
+
+
+def _xp(device):
+    if device.type == "cuda":
+        import cupy
+
+        return cupy
+    return np
+
+
+def _tensors(tt, p, device):
+    """(ids, wte, wpe, dout) of problem ``p`` as torch tensors on ``device``; weights require grad."""
+    g = p.on(_xp(device))
+    ids = tt.from_array(g.inp).clone()
+    wte = tt.from_array(g.wte).clone().requires_grad_(True)
+    wpe = tt.from_array(g.wpe).clone().requires_grad_(True)
+    return ids, wte, wpe, tt.from_array(g.dout).clone()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_forward_is_encoder_forward(tt, device, rng, dtype):
+    p = random_problem(3, 40, 64, 500, maxT=48, dtype=dtype, ids="zipf", rng=rng)
+    ids, wte, wpe, _ = _tensors(tt, p, device)
+    out = tt.encoder(ids, wte, wpe)
+    assert out.shape == (3, 40, 64) and out.device == device and out.requires_grad
+    assert compare.bitwise_equal(tt.as_array(out), enc.encoder_forward(p.inp, p.wte, p.wpe))
+
+
+@pytest.mark.parametrize("method", DETERMINISTIC)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_backward_is_encoder_backward_with_the_drawn_seed(tt, device, rng, dtype, method):
+    import torch
+
+    p = random_problem(4, 32, 264 if dtype == bfloat16 else 132, 300, maxT=40, dtype=dtype, ids="zipf", rng=rng)
+    ids, wte, wpe, dout = _tensors(tt, p, device)
+    seed = int(rng.integers(2**31))
+    tt.encoder(ids, wte, wpe, method=method, generator=torch.Generator().manual_seed(seed)).backward(dout)
+    expected = p.on(_xp(device))
+    expected.dwte[...] = 0
+    expected.dwpe[...] = 0
+    drawn = tt.draw_seed(torch.Generator().manual_seed(seed))
+    enc.encoder_backward(expected.dwte, expected.dwpe, expected.dout, expected.inp, seed=drawn, method=method)
+    assert compare.bitwise_equal(tt.as_array(wte.grad), expected.dwte)
+    assert compare.bitwise_equal(tt.as_array(wpe.grad), expected.dwpe)
+    # and the same bits as the NumPy mirror, whichever device ran
+    mirror = p.on(np)
+    mirror.dwte[...] = 0
+    mirror.dwpe[...] = 0
+    enc.encoder_backward(mirror.dwte, mirror.dwpe, mirror.dout, mirror.inp, seed=drawn, method=method)
+    assert compare.bitwise_equal(tt.as_array(wte.grad), mirror.dwte)
+
+
+@pytest.mark.parametrize("method", ["chunked", "bucketed", "atomic"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gradients_within_bound_of_torch_embedding(tt, device, rng, dtype, method):
+    import torch
+    import torch.nn.functional as F
+
+    p = random_problem(4, 64, 64, 50, maxT=64, dtype=dtype, ids="zipf", rng=rng)
+    ids, wte, wpe, dout = _tensors(tt, p, device)
+    tt.encoder(ids, wte, wpe, method=method).backward(dout)
+    wte64 = wte.detach().double().requires_grad_(True)
+    wpe64 = wpe.detach().double().requires_grad_(True)
+    out64 = F.embedding(ids.long(), wte64) + wpe64[: ids.shape[1]]
+    out64.backward(dout.double())
+    ref = enc.reference.backward(np.zeros_like(p.dwte), np.zeros_like(p.dwpe), p.dout, p.inp)
+    for ours, theirs, magnitude in ((wte.grad, wte64.grad, ref.dwte_abs), (wpe.grad, wpe64.grad, ref.dwpe_abs)):
+        bound = compare.error_bound(dtype, magnitude, ref.max_terms)
+        error = np.abs(ours.double().cpu().numpy() - theirs.cpu().numpy())
+        assert (error <= bound).all(), f"max excess {(error - bound).max()}"
+    assert not torch.equal(wte.grad, torch.zeros_like(wte.grad))
+
+
+def test_gradients_accumulate_like_pytorch(tt, device, rng):
+    """Two backwards add into ``.grad`` (autograd's add); a tied head's gradient adds to the encoder's."""
+    import torch
+
+    p = random_problem(2, 16, 32, 20, maxT=16, dtype=np.float32, rng=rng)
+    ids, wte, wpe, dout = _tensors(tt, p, device)
+    gen = torch.Generator().manual_seed(7)
+    tt.encoder(ids, wte, wpe, generator=gen).backward(dout)
+    first = wte.grad.clone()
+    tt.encoder(ids, wte, wpe, generator=gen).backward(2 * dout)
+    assert torch.equal(wte.grad, first + 2 * first)  # fp32: the deterministic sums scale exactly by 2
+    wte.grad = None
+    x = tt.encoder(ids, wte, wpe)
+    logits = x @ wte.t()  # a tied LM head: wte receives two gradients
+    logits.sum().backward()
+    wte_ref = wte.detach().clone().requires_grad_(True)
+    ((wte_ref[ids.long()] + wpe.detach()[:16]) @ wte_ref.t()).sum().backward()
+    torch.testing.assert_close(wte.grad, wte_ref.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_seeded_runs_are_bitwise_reproducible(tt, device, rng):
+    import torch
+
+    p = random_problem(4, 64, 64, 100, maxT=64, dtype=bfloat16, ids="zipf", rng=rng)
+    grads = []
+    for _ in range(2):
+        ids, wte, wpe, dout = _tensors(tt, p, device)
+        gen = torch.Generator().manual_seed(1234)
+        for _ in range(3):  # three steps: three fresh seeds from the generator, the same three each run
+            tt.encoder(ids, wte, wpe, generator=gen).backward(dout)
+        grads.append((wte.grad, wpe.grad))
+    assert torch.equal(grads[0][0].view(torch.int16), grads[1][0].view(torch.int16))
+    assert torch.equal(grads[0][1].view(torch.int16), grads[1][1].view(torch.int16))
+
+
+def test_module(tt, device):
+    import torch
+
+    torch.manual_seed(0)
+    emb = tt.GPT2Embedding(100, 32, 64, dtype=torch.bfloat16, device=device,
+                           generator=torch.Generator().manual_seed(1))
+    assert {n for n, _ in emb.named_parameters()} == {"wte", "wpe"}
+    ids = torch.randint(0, 100, (2, 20), device=device)  # int64, PyTorch's default: converted
+    out = emb(ids)
+    assert out.shape == (2, 20, 64) and out.dtype == torch.bfloat16
+    expected = enc.encoder_forward(tt.as_array(ids.to(torch.int32)), tt.as_array(emb.wte), tt.as_array(emb.wpe))
+    assert compare.bitwise_equal(tt.as_array(out), expected)
+    out.float().square().sum().backward()
+    assert emb.wte.grad.shape == (100, 64) and emb.wpe.grad[20:].abs().sum() == 0
+    assert "method='chunked'" in repr(emb)
+
+
+def test_int64_ids_are_range_checked_before_conversion(tt):
+    import torch
+
+    wte, wpe = torch.zeros(10, 8), torch.zeros(4, 8)
+    for bad in (2**32 + 3, -1, 10):
+        with pytest.raises(ValueError, match=f"token id {bad}"):
+            tt.encoder(torch.tensor([[1, bad]]), wte, wpe)
+    same = tt.encoder(torch.tensor([[1, 9]], dtype=torch.int64), wte + 1, wpe)
+    assert torch.equal(same, tt.encoder(torch.tensor([[1, 9]], dtype=torch.int32), wte + 1, wpe))
+
+
+def test_refusals(tt):
+    import torch
+
+    ids, wte, wpe = torch.zeros(1, 2, dtype=torch.int32), torch.zeros(10, 8), torch.zeros(4, 8)
+    with pytest.raises(TypeError, match="int32 or int64"):
+        tt.encoder(ids.float(), wte, wpe)
+    with pytest.raises(TypeError, match="int32 or int64"):
+        tt.encoder(ids.to(torch.int16), wte, wpe)
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        tt.encoder(ids.numpy(), wte, wpe)
+    with pytest.raises(TypeError, match="bfloat16 or torch.float32"):
+        tt.encoder(ids, wte.half(), wpe.half())
+    with pytest.raises(TypeError, match="dtype"):  # the package's validation: one dtype for both tables
+        tt.encoder(ids, wte.bfloat16(), wpe)
+    with pytest.raises(ValueError, match="multiple of 8"):  # bf16 C must fill 128-bit packs
+        tt.encoder(ids, torch.zeros(10, 12, dtype=torch.bfloat16), torch.zeros(4, 12, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="2-D"):
+        tt.encoder(ids, torch.zeros(10), wpe)
+    with pytest.raises(ValueError, match="only 4 rows"):
+        tt.encoder(torch.zeros(1, 5, dtype=torch.int32), wte, wpe)
+    with pytest.raises(TypeError, match="bfloat16 or torch.float32"):
+        tt.GPT2Embedding(10, 4, 8, dtype=torch.float16)
+
+
+def test_method_is_checked_when_backward_runs(tt):
+    import torch
+
+    wte = torch.zeros(10, 8, requires_grad=True)
+    out = tt.encoder(torch.zeros(1, 2, dtype=torch.int32), wte, torch.zeros(4, 8), method="nope")
+    with pytest.raises(ValueError, match="method must be one of"):
+        out.sum().backward()
+
+
+@pytest.mark.gpu
+def test_cuda_runs_on_the_current_stream_without_copies(tt, rng):
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA GPU")
+    p = random_problem(8, 128, 768, 50257, maxT=128, dtype=bfloat16, ids="real", rng=rng)
+    ids, wte, wpe, dout = _tensors(tt, p, torch.device("cuda"))
+    assert tt.as_array(wte).data.ptr == wte.data_ptr()  # a view, not a copy
+    assert tt.from_array(tt.as_array(wte)).data_ptr() == wte.data_ptr()
+    reference_out = tt.encoder(ids, wte, wpe, generator=torch.Generator().manual_seed(5))
+    reference_out.backward(dout, inputs=[wte])
+    reference_grad = wte.grad.clone()
+    wte.grad = None
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        out = tt.encoder(ids, wte, wpe, generator=torch.Generator().manual_seed(5))
+        out.backward(dout, inputs=[wte])
+    torch.cuda.current_stream().wait_stream(side)
+    assert torch.equal(out.view(torch.int16), reference_out.view(torch.int16))
+    assert torch.equal(wte.grad.view(torch.int16), reference_grad.view(torch.int16))
