@@ -99,9 +99,11 @@ def test_gantt_draws_every_block():
 def test_gantt_comparison_shares_time_and_titles_the_makespan():
     runs = schedule.compare_orders([5, 1, 1, 1, 1, 1], 2, seed=0)
     fig = plots.gantt_comparison(runs, title="cmp")
-    assert len(fig.axes) == 3
+    assert len(fig.axes) == 4  # three charts and one shared colorbar
     for ax, (name, run) in zip(fig.axes, runs.items()):
         assert ax.get_title().startswith(f"{name} order: makespan {run.makespan:g}")
+        assert ax.get_ylabel() == "block slot"
+    assert "block cost" in fig.axes[3].get_xlabel()
     assert fig.axes[0].get_shared_x_axes().joined(fig.axes[0], fig.axes[2])
     with pytest.raises(ValueError):
         plots.gantt_comparison({})
@@ -153,5 +155,27 @@ def test_round_up_probability():
 def test_drawing_into_a_given_axes():
     fig, (left, right) = plt.subplots(1, 2)
     assert plots.bucket_rank_size({"x": [1, 2]}, ax=left) is left
-    assert plots.gantt(schedule.simulate([1], 1), ax=right) is right
+    assert plots.gantt(schedule.simulate([1], 1), ax=right, colorbar=False) is right
     assert len(fig.axes) == 2
+    plots.gantt(schedule.simulate([1], 1), ax=right)
+    assert len(fig.axes) == 3  # the colorbar
+
+
+@pytest.mark.parametrize("limit", [1, 2, 5, 16, 50, 1000])
+def test_ulp_histogram_tick_labels_do_not_collide(limit):
+    """The overflow bins, labelled at +-(limit+1), keep at least 2 ULPs from the nearest inner tick."""
+    ax = plots.ulp_histogram({"a": np.array([-limit - 5, 0, limit + 5])}, limit=limit)
+    ticks = list(ax.get_xticks())
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert ticks[0] == -limit - 1 and ticks[-1] == limit + 1
+    assert labels[0] == f"<{-limit}" and labels[-1] == f">{limit}"
+    assert ticks[1] - ticks[0] >= min(2, limit) and ticks[-1] - ticks[-2] >= min(2, limit) and len(ticks) <= 9
+
+
+def test_chunk_units_draws_one_bar_per_chunk():
+    inp = np.array([[7] * 70 + [3] * 33 + [1] * 5], dtype=np.int32)
+    table = enc.make_buckets(inp, 256, enc.bfloat16)
+    ax = plots.chunk_units(table, top=3)
+    bars = [len(collection.get_paths()) for collection in ax.collections]
+    assert bars == [3, 2, 1]  # 70 -> 32 + 32 + 6, 33 -> 32 + 1, 5 -> 5
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["token 7", "token 3", "token 1"]

@@ -72,6 +72,13 @@ def test_block_costs_of_a_table():
     assert schedule.block_costs(table, per_item=2.0, per_block=1.0).tolist() == [7, 7, 5, 5, 3, 3]
 
 
+def test_block_costs_in_rounds_of_eight_warps():
+    """8 warps share a bucket: sizes 1..8 take one round, 9..16 two, and so on."""
+    sizes = np.array([1, 8, 9, 16, 17, 100])
+    assert schedule.block_costs(sizes, warps=8).tolist() == [1, 1, 2, 2, 3, 13]
+    assert schedule.block_costs(sizes, warps=8, per_block=2.0).tolist() == [3, 3, 4, 4, 5, 15]
+
+
 @pytest.mark.parametrize("call, error", [
     (lambda: schedule.simulate([1, 2], 0), ValueError),
     (lambda: schedule.simulate([1, 2], 2.0), TypeError),
@@ -82,6 +89,7 @@ def test_block_costs_of_a_table():
     (lambda: schedule.launch_order([1, 2], "random"), ValueError),
     (lambda: schedule.launch_order([1, 2], "descending"), ValueError),
     (lambda: schedule.block_costs([1, 2], per_block=-1.0), ValueError),
+    (lambda: schedule.block_costs([1, 2], warps=0), ValueError),
 ])
 def test_bad_arguments_are_refused(call, error):
     with pytest.raises(error):
@@ -98,11 +106,11 @@ def test_notebook_toy_largest_first_reaches_the_bound():
 
 
 @pytest.mark.parametrize("kind", ["zipf", "real"])
-@pytest.mark.parametrize("per_block", [0, 8])
-def test_largest_first_wins_at_h200_scale(kind, per_block):
+@pytest.mark.parametrize("per_block, warps", [(0, 1), (8, 1), (0, 8), (2, 8)])
+def test_largest_first_wins_at_h200_scale(kind, per_block, warps):
     """Notebook 03's H200 table: for text-like ids, table order is never beaten by the other orders."""
     table = enc.make_buckets(tokens.make_ids(kind, 8, 1024, seed=0), 768, enc.bfloat16)
     slots = schedule.H200_SM_COUNT * schedule.WTE_BLOCKS_PER_SM
-    runs = schedule.compare_orders(schedule.block_costs(table, per_block=per_block), slots, seed=0)
+    runs = schedule.compare_orders(schedule.block_costs(table, per_block=per_block, warps=warps), slots, seed=0)
     assert runs["table"].makespan == runs["table"].lower_bound
     assert all(run.makespan >= runs["table"].makespan for run in runs.values())

@@ -89,8 +89,7 @@ def ulp_histogram(diffs: Mapping[str, np.ndarray], *, limit: int | None = None, 
                 label=f"{label}: {nonzero} of {values.size} differ")
     ax.set_yscale("log")
     if limit is not None:
-        ticks = [t for t in ax.get_xticks() if -limit <= t <= limit and float(t).is_integer()]
-        ax.set_xticks([-limit - 1, *ticks, limit + 1], [f"<{-limit}", *[f"{t:g}" for t in ticks], f">{limit}"])
+        ax.set_xticks(*_clipped_ticks(limit))
         ax.set_xlim(-limit - 1.5, limit + 1.5)
     ax.set_xlabel(f"difference ({unit})")
     ax.set_ylabel("elements")
@@ -98,6 +97,14 @@ def ulp_histogram(diffs: Mapping[str, np.ndarray], *, limit: int | None = None, 
     if title:
         ax.set_title(title)
     return ax
+
+
+def _clipped_ticks(limit: int) -> tuple[list[int], list[str]]:
+    """Ticks for an axis clipped at +-limit: a round step, and the two overflow bins labelled "<-limit" and
+    ">limit" at +-(limit + 1), with no inner tick closer than half a step to them (so labels never collide)."""
+    step = next(m * 10**e for e in range(12) for m in (1, 2, 5) if limit / (m * 10**e) <= 4)
+    inner = [t for t in range(-(limit // step) * step, limit + 1, step) if abs(t) <= limit + 1 - max(step / 2, 2)]
+    return [-limit - 1, *inner, limit + 1], [f"<{-limit}", *[f"{t:g}" for t in inner], f">{limit}"]
 
 
 def bucket_rank_size(sizes: Mapping[str, np.ndarray], *, ax=None, title: str | None = None):
@@ -117,12 +124,15 @@ def bucket_rank_size(sizes: Mapping[str, np.ndarray], *, ax=None, title: str | N
     return ax
 
 
-def gantt(schedule, *, ax=None, title: str | None = None, vmax: float | None = None):
-    """Gantt chart of a ``schedule.Schedule``: one row per slot, one bar per block, coloured by its cost.
+def gantt(schedule, *, ax=None, title: str | None = None, vmax: float | None = None, colorbar: bool = True):
+    """Gantt chart of a ``schedule.Schedule``: one row per block slot, one bar per block, coloured by its cost.
 
-    A red line marks the makespan, a dashed line the lower bound no order can beat.
+    A red line marks the makespan, a dashed line the lower bound no order can beat. A slot is one place
+    where a block can run (an SM holds several), so the y axis says "block slot", not "SM".
     """
     import matplotlib.pyplot as plt
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
 
     ax = _axes(ax, (6.0, 0.35 * schedule.num_slots + 1.2))
     cmap = plt.get_cmap("viridis")
@@ -139,33 +149,67 @@ def gantt(schedule, *, ax=None, title: str | None = None, vmax: float | None = N
                label=f"lower bound {schedule.lower_bound:g}")
     ax.set_yticks(range(schedule.num_slots))
     ax.set_ylim(schedule.num_slots - 0.5, -0.5)
-    ax.set_ylabel("slot (SM)")
+    ax.set_ylabel("block slot")
     ax.set_xlabel("time (units of one item)")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    if colorbar:
+        bar = ax.figure.colorbar(ScalarMappable(Normalize(0, vmax), cmap), ax=ax, pad=0.01, fraction=0.04)
+        bar.set_label("block cost", fontsize=8)
     if title:
         ax.set_title(title, fontsize=10)
     return ax
 
 
 def gantt_comparison(schedules: Mapping[str, object], *, title: str | None = None):
-    """Stacked Gantt charts of the same blocks launched in several orders, sharing the time axis."""
+    """Stacked Gantt charts of the same blocks launched in several orders, sharing the time axis and one
+    colorbar (the block's cost)."""
     import matplotlib.pyplot as plt
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
 
     if not schedules:
         raise ValueError("schedules must hold at least one schedule")
     first = next(iter(schedules.values()))
     height = (0.3 * first.num_slots + 0.9) * len(schedules)
-    fig, axes = plt.subplots(len(schedules), 1, figsize=(7.0, height), dpi=DPI, sharex=True,
+    fig, axes = plt.subplots(len(schedules), 1, figsize=(7.5, height), dpi=DPI, sharex=True,
                              layout="constrained", squeeze=False)
     vmax = max(float(s.costs.max(initial=1.0)) for s in schedules.values())
     for ax, (name, sched) in zip(axes[:, 0], schedules.items()):
-        gantt(sched, ax=ax, vmax=vmax,
+        gantt(sched, ax=ax, vmax=vmax, colorbar=False,
               title=f"{name} order: makespan {sched.makespan:g} ({sched.makespan / sched.lower_bound:.2f} x bound)")
         if ax is not axes[-1, 0]:
             ax.set_xlabel("")
+    bar = fig.colorbar(ScalarMappable(Normalize(0, vmax), plt.get_cmap("viridis")), ax=axes[:, 0].tolist(),
+                       location="bottom", shrink=0.5, aspect=40)
+    bar.set_label("block cost (colour of a bar)")
     if title:
         fig.suptitle(title)
     return fig
+
+
+def chunk_units(table, *, chunk: int = 32, top: int = 12, ax=None, title: str | None = None):
+    """The chunked wte kernel's work: the ``top`` largest tokens of a bucket table, each drawn as its row
+    of 32-position chunks (one warp each), against what the bucketed kernel gives the same token (one
+    block of 8 warps). Bar length = positions; the bucketed kernel's time grows with the longest bar, the
+    chunked kernel's with the longest chunk."""
+    sizes = np.asarray(table.sizes)[np.asarray(table.c_groups) == 0][:top]
+    tokens = np.asarray(table.token_ids)[np.asarray(table.c_groups) == 0][:top]
+    ax = _axes(ax, (7.0, 0.3 * len(sizes) + 1.4))
+    import matplotlib.pyplot as plt
+
+    colors = plt.get_cmap("tab10")
+    for row, size in enumerate(sizes.tolist()):
+        starts = list(range(0, size, chunk))
+        ax.broken_barh([(s, min(chunk, size - s)) for s in starts], (row - 0.4, 0.8),
+                       facecolors=[colors(i % 2) for i in range(len(starts))], edgecolors="white", linewidth=0.3)
+        ax.text(size + 3, row, f"{len(starts)} warp{'s' if len(starts) > 1 else ''}", va="center", fontsize=7)
+    ax.set_yticks(range(len(sizes)), [f"token {t}" for t in tokens.tolist()], fontsize=7)
+    ax.set_ylim(len(sizes) - 0.5, -0.5)
+    ax.set_xlabel(f"positions of the token in the batch (alternating colours: one {chunk}-position chunk = one warp)")
+    ax.set_xlim(0, max(sizes.max(initial=1) * 1.12, chunk))
+    if title:
+        ax.set_title(title, fontsize=10)
+    return ax
 
 
 def error_vs_adds(adds, errors: Mapping[str, np.ndarray], *, ax=None, title: str | None = None,

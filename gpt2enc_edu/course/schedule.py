@@ -5,12 +5,16 @@ The model (greedy list scheduling):
 * the GPU has ``num_slots`` places where a block can run at once: multiprocessors (SMs) times the blocks
   one SM keeps resident (an H200 has 132 SMs; a 256-thread block lets 8 of them share an SM);
 * blocks are handed out in launch order (``blockIdx.x = 0, 1, 2, ...``), each to the slot that frees
-  first (ties: the lowest slot number);
-* a block runs for ``cost`` time units, ``per_block + per_item * bucket size``, and never migrates.
+  first (ties: the lowest slot number). CUDA does not promise this: the order in which blocks start is not
+  documented. In practice low block indices start first, which is what the largest-first table relies on;
+* a block runs for ``cost`` time units, ``per_block + per_item * ceil(bucket size / warps)``, and never
+  migrates. The wte kernel's 8 warps share a bucket, one item per warp per round, so with ``warps=8`` (the
+  kernel's ``layout.WTE_WARPS``) a cost counts rounds: a bucket of 1 to 8 items takes one round. The default
+  ``warps=1`` counts items, the simplest picture.
 
 Real hardware adds contention for memory bandwidth, warps of different blocks interleaving inside an
-SM, and a block scheduler whose order is not documented, so read the numbers as a picture of the
-*tail*, not as a timing. The tail is what the order decides: the run ends when the last block ends. If a
+SM, and that undocumented block scheduler, so read the numbers as a picture of the *tail*, not as a
+timing. The tail is what the order decides: the run ends when the last block ends. If a
 long block starts last, every other slot idles while it runs. Handing out the longest blocks first (the
 LPT rule) leaves only short blocks for the end; Graham (1969) showed it is never more than
 ``4/3 - 1/(3 * num_slots)`` times the best possible schedule, while an arbitrary order can take almost
@@ -89,17 +93,19 @@ def _check_costs(costs) -> np.ndarray:
     return costs
 
 
-def block_costs(sizes, *, per_item: float = 1.0, per_block: float = 0.0) -> np.ndarray:
-    """Run time of each bucket's block: ``per_block + per_item * size``.
+def block_costs(sizes, *, per_item: float = 1.0, per_block: float = 0.0, warps: int = 1) -> np.ndarray:
+    """Run time of each bucket's block: ``per_block + per_item * ceil(size / warps)``.
 
-    ``sizes`` is a ``BucketTable`` (its ``sizes``, in table order) or a 1-D array of bucket sizes.
+    ``sizes`` is a ``BucketTable`` (its ``sizes``, in table order) or a 1-D array of bucket sizes; ``warps``
+    is how many warps of the block share the bucket's items (``layout.WTE_WARPS`` = 8 for the wte kernel).
     """
     if isinstance(sizes, BucketTable):
         sizes = sizes.sizes
     sizes = _check_costs(sizes)
+    warps = check_int("warps", warps, minimum=1)
     if not (np.isfinite(per_item) and np.isfinite(per_block)) or per_item < 0 or per_block < 0:
         raise ValueError(f"per_item and per_block must be finite and >= 0, got {per_item}, {per_block}")
-    return per_block + per_item * sizes
+    return per_block + per_item * np.ceil(sizes / warps)
 
 
 def simulate(costs, num_slots: int) -> Schedule:
