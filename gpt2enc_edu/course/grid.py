@@ -13,7 +13,9 @@ with the CUDA semantics the encoder kernels depend on:
 * ``value = yield cuda.shfl_sync(value, src_lane)``: a full-warp shuffle, every live lane of the warp
   must take part;
 * ``cuda.atomic_add(array, index, value)``: an fp32 atomic add, applied after the launch in a random order
-  that changes from launch to launch (the returned old value of CUDA's ``atomicAdd`` is not offered);
+  that changes from launch to launch (the returned old value of CUDA's ``atomicAdd`` is not offered).
+  Arrays that only atomics may change are passed as read-only views (``read_only``), so a plain ``+=``
+  into them is reported instead of silently working (threads run one at a time here; on a GPU it races);
 * between two barriers the threads of a block run one after another in a random order, so a kernel that
   reads what another thread writes without a barrier between them gets different results from run to run.
 
@@ -44,6 +46,7 @@ __all__ = [
     "fadd",
     "launch",
     "load128",
+    "read_only",
     "round_to_storage",
     "store128",
     "to_float",
@@ -120,6 +123,13 @@ def _check_range(thread, array: np.ndarray, start: int, count: int, what: str) -
         raise KernelFault(f"{thread}: {what} elements {start}..{start + count - 1} of an array of {array.size}")
 
 
+def read_only(array: np.ndarray) -> np.ndarray:
+    """A flat read-only view of ``array`` for a kernel that may change it only with ``cuda.atomic_add``."""
+    view = array.reshape(-1).view()
+    view.flags.writeable = False
+    return view
+
+
 def load128(array: np.ndarray, start: int, thread=None) -> np.ndarray:
     """``load128(array + start)``: a copy of the 128-bit pack (8 bf16 or 4 fp32) that starts at ``start``."""
     start, size = int(start), pack_size(array.dtype)
@@ -153,6 +163,11 @@ def _advance(thread: Thread, runner, send):
         waiting = runner.send(send)
     except StopIteration:
         waiting = _DONE
+    except ValueError as exc:
+        if "read-only" not in str(exc):
+            raise
+        raise KernelFault(f"{thread}: wrote into an array that many threads update at once; only "
+                          "cuda.atomic_add may change it") from exc
     except Exception as exc:
         note = getattr(exc, "add_note", None)
         if note:
@@ -174,7 +189,13 @@ def _run_block(kernel, block_idx: int, block: int, grid: int, args, rng, atomics
     send: list = [None] * block
     for t, thread in enumerate(threads):
         thread.yielded = 0
-        result = kernel(thread, *args)
+        try:
+            result = kernel(thread, *args)
+        except ValueError as exc:
+            if "read-only" not in str(exc):
+                raise
+            raise KernelFault(f"{thread}: wrote into an array that many threads update at once; only "
+                              "cuda.atomic_add may change it") from exc
         if inspect.isgenerator(result):
             runners[t] = result
         else:
@@ -240,4 +261,5 @@ def launch(kernel, grid: int, block: int, args: tuple, *, rng=None) -> None:
         _run_block(kernel, block_idx, block, grid, args, rng, atomics)
     for i in rng.permutation(len(atomics)).tolist():
         array, index, value = atomics[i]
-        array[index] = fadd(array[index], value)
+        target = array if array.flags.writeable else array.base.reshape(-1)  # read_only(): atomics only
+        target[index] = fadd(target[index], value)

@@ -28,7 +28,7 @@ from ..layout import (
     pack_size,
 )
 from ..rounding import NOISE_STREAM_DWPE, NOISE_STREAM_DWTE
-from .grid import fadd, launch, load128, round_to_storage, store128, to_float, to_storage_nearest
+from .grid import fadd, launch, load128, read_only, round_to_storage, store128, to_float, to_storage_nearest
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -230,7 +230,7 @@ def launch_backward_atomic(kernel, dwte, dwpe, dout, inp, *, rng=None) -> None:
     threads = B * T * C // pack_size(dout.dtype)
     dwte32, dwpe32 = to_float(dwte).copy(), to_float(dwpe).copy()
     launch(kernel, ceil_div(threads, BLOCK_SIZE), BLOCK_SIZE,
-           (dwte32.reshape(-1), dwpe32.reshape(-1), dout.reshape(-1), inp.reshape(-1), B, T, C), rng=rng)
+           (read_only(dwte32), read_only(dwpe32), dout.reshape(-1), inp.reshape(-1), B, T, C), rng=rng)
     dwte[...] = to_storage_nearest(dwte32, dwte.dtype)
     dwpe[...] = to_storage_nearest(dwpe32, dwpe.dtype)
 
