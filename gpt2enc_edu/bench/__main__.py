@@ -1,5 +1,7 @@
+"""``python -m gpt2enc_edu.bench``: see ``gpt2enc_edu.bench.cli``."""
+
 import sys
 
-from . import main
+from .cli import main
 
 sys.exit(main())

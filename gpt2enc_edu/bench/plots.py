@@ -1,4 +1,5 @@
-"""Plots of benchmark results (``gpt2enc_edu.bench`` rows): time vs B, and percent of the floor.
+"""Plots of benchmark results (``gpt2enc_edu.bench`` rows): time vs B, percent of the floor, achieved bandwidth
+against the copy rate (roofline-style), and the deterministic backward taken apart kernel by kernel.
 
 The functions draw into a ``matplotlib.figure.Figure`` -- a new one (no pyplot, so the command-line
 benchmark works without a display) or one you pass, e.g. ``plt.figure()`` in a notebook.
@@ -8,16 +9,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ._legacy import CASES, ID_KINDS, OPS
+from .cases import CASES, CASES_BY_NAME, ID_KINDS
+from .floor import OPS, copy_rate_of
 
-#: Line style per family: ours solid, PyTorch dashed, the host-only bucketing dotted.
-_FAMILY_STYLE = {"ours": "-", "torch": "--", "host": ":"}
+#: Line style per family: ours solid, PyTorch dashed, the host-only bucketing dotted, single kernels dash-dotted.
+_FAMILY_STYLE = {"ours": "-", "torch": "--", "host": ":", "piece": "-."}
 _COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink",
-           "tab:olive", "tab:gray", "tab:cyan", "darkgoldenrod", "navy", "crimson")
+           "tab:olive", "tab:gray", "tab:cyan", "darkgoldenrod", "navy", "crimson", "teal", "indigo", "lime",
+           "salmon", "black")
 CASE_COLORS = {case.name: _COLORS[i % len(_COLORS)] for i, case in enumerate(CASES)}
 
 TIME_PNG = "time_vs_B.png"
 FLOOR_PNG = "pct_of_floor.png"
+ROOFLINE_PNG = "roofline.png"
+BREAKDOWN_PNG = "breakdown.png"
+#: The breakdown's stacks, left and right bar: (pieces stacked bottom to top, the whole call drawn as a marker).
+BREAKDOWN_STACKS = ((("wpe_kernel", "gpu_buckets", "wte_chunked_kernel"), "chunked_gpu"),
+                    (("wpe_kernel", "gpu_buckets", "wte_bucketed_kernel"), "bucketed_gpu"))
+_PIECE_HATCH = {"wpe_kernel": "", "gpu_buckets": "//", "wte_chunked_kernel": "..", "wte_bucketed_kernel": "xx"}
 
 
 def _new_figure(fig, ncols: int, *, height: float = 4.2):
@@ -34,6 +43,17 @@ def _kinds(rows) -> list[str]:
     if not kinds:
         raise ValueError("no rows to plot")
     return kinds
+
+
+def _legend(fig, axes) -> None:
+    """One legend under the panels, with every label of every panel once (a case may miss from one)."""
+    handles, labels = [], []
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    fig.legend(handles, labels, loc="outside lower center", ncols=3, fontsize="small")
 
 
 def _series(rows, case: str, kind: str, key: str):
@@ -88,14 +108,9 @@ def plot_times(rows, *, fig=None, meta=None, floors: bool = True):
         ax.set_title(f"{kind} ids")
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("time per call (us), median")
-    handles, labels = axes[0].get_legend_handles_labels()
-    for ax in axes[1:]:  # a case may be missing from the first panel
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            if lab not in labels:
-                handles.append(h)
-                labels.append(lab)
-    fig.legend(handles, labels, loc="outside lower center", ncols=3, fontsize="small")
-    fig.suptitle(f"GPT-2 encoder: time vs batch size  ({_title(meta)})" if meta else "GPT-2 encoder: time vs batch size")
+    _legend(fig, axes)
+    title = "GPT-2 encoder: time vs batch size"
+    fig.suptitle(f"{title}  ({_title(meta)})" if meta else title)
     return fig
 
 
@@ -116,18 +131,94 @@ def plot_percent_of_floor(rows, *, fig=None, meta=None):
         ax.set_title(f"{kind} ids")
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("% of floor (higher is better)")
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncols=3, fontsize="small")
+    _legend(fig, axes)
     fig.suptitle(f"Percent of the memory floor  ({_title(meta)})" if meta else "Percent of the memory floor")
     return fig
 
 
+def plot_roofline(rows, *, fig=None, meta=None):
+    """Achieved bandwidth (minimal bytes / median time) vs batch size, under the roof of the measured copy rate.
+
+    Every case with a floor is drawn, the single kernels too (their minimal bytes are their own: the wpe
+    kernel's, the wte kernel's); a point at the roof moves its minimal bytes as fast as a copy does.
+    """
+    rows = [r for r in rows if r.get("achieved_GBps") is not None]
+    kinds = _kinds(rows)
+    rate = copy_rate_of(rows, meta)
+    fig, axes = _new_figure(fig, len(kinds))
+    for ax, kind in zip(axes, kinds):
+        for case in CASES:
+            bs, gbps = _series(rows, case.name, kind, "achieved_GBps")
+            if bs:
+                ax.plot(bs, gbps, _FAMILY_STYLE[case.family], marker="o", ms=3, color=CASE_COLORS[case.name],
+                        label=case.label)
+        if rate is not None:
+            ax.axhline(rate / 1e9, color="black", lw=1.5, label=f"copy rate (roof), {rate / 1e9:.0f} GB/s")
+        _batch_axis(ax, rows)
+        ax.set_yscale("log")
+        ax.set_title(f"{kind} ids")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].set_ylabel("achieved GB/s = minimal bytes / time")
+    _legend(fig, axes)
+    fig.suptitle(f"Achieved bandwidth against the copy rate  ({_title(meta)})" if meta
+                 else "Achieved bandwidth against the copy rate")
+    return fig
+
+
+def has_breakdown(rows) -> bool:
+    """Whether the rows hold the pieces ``plot_breakdown`` stacks (a run with the ``piece`` cases)."""
+    names = {r["case"] for r in rows}
+    return any(set(pieces) <= names for pieces, _ in BREAKDOWN_STACKS)
+
+
+def plot_breakdown(rows, *, fig=None, meta=None):
+    """The deterministic backward taken apart: per B, the pieces' medians stacked (wpe kernel, bucket table,
+    wte kernel; chunked on the left, bucketed on the right) and the whole call as a black marker.
+
+    The pieces are timed one at a time: a stack taller than its marker means the call overlaps pieces (the
+    bucketing runs beside the wpe kernel), a shorter one that the call pays for gaps between them.
+    """
+    rows = list(rows)
+    if not has_breakdown(rows):
+        raise ValueError("no per-kernel rows to plot (a run with the wpe_kernel, gpu_buckets and wte_* cases)")
+    kinds = _kinds(rows)
+    by_key = {(r["case"], r["ids"], r["B"]): r["median_us"] for r in rows}
+    sizes = sorted({r["B"] for r in rows})
+    fig, axes = _new_figure(fig, len(kinds))
+    width = 0.38
+    for ax, kind in zip(axes, kinds):
+        for side, (pieces, whole) in enumerate(BREAKDOWN_STACKS):
+            xs = [i + (side - 0.5) * width for i in range(len(sizes))]
+            bottom = [0.0] * len(sizes)
+            for piece in pieces:
+                heights = [by_key.get((piece, kind, b), 0.0) for b in sizes]
+                ax.bar(xs, heights, width * 0.95, bottom=bottom, color=CASE_COLORS[piece],
+                       hatch=_PIECE_HATCH.get(piece, ""), edgecolor="white", label=CASES_BY_NAME[piece].label)
+                bottom = [lo + h for lo, h in zip(bottom, heights)]
+            totals = [(x, by_key[(whole, kind, b)]) for x, b in zip(xs, sizes) if (whole, kind, b) in by_key]
+            if totals:
+                ax.plot([t[0] for t in totals], [t[1] for t in totals], "_", ms=14, mew=2.5, color="black",
+                        label="whole call (chunked left, bucketed right)")
+        ax.set_xticks(range(len(sizes)), [str(b) for b in sizes])
+        ax.set_xlabel("batch size B (T=1024); left bar chunked, right bar bucketed")
+        ax.set_title(f"{kind} ids")
+        ax.grid(True, axis="y", alpha=0.3)
+    axes[0].set_ylabel("time (us), median of each piece alone")
+    _legend(fig, axes)
+    fig.suptitle(f"Deterministic backward, kernel by kernel  ({_title(meta)})" if meta
+                 else "Deterministic backward, kernel by kernel")
+    return fig
+
+
 def save_plots(rows, out_dir, *, meta=None) -> list[Path]:
-    """Write ``time_vs_B.png`` and ``pct_of_floor.png`` into ``out_dir``; returns their paths."""
+    """Write the plots into ``out_dir`` (the breakdown only when the rows hold its pieces); returns their paths."""
     out_dir = Path(out_dir)
     rows = list(rows)
+    draws = [(TIME_PNG, plot_times), (FLOOR_PNG, plot_percent_of_floor), (ROOFLINE_PNG, plot_roofline)]
+    if has_breakdown(rows):
+        draws.append((BREAKDOWN_PNG, plot_breakdown))
     paths = []
-    for name, draw in ((TIME_PNG, plot_times), (FLOOR_PNG, plot_percent_of_floor)):
+    for name, draw in draws:
         path = out_dir / name
         draw(rows, meta=meta).savefig(path, dpi=110)
         paths.append(path)

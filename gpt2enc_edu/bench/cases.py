@@ -1,0 +1,252 @@
+"""What the benchmark times: one named setup function per case, each returning the call to time.
+
+At T=1024, C=768, V=50257, bf16, for every batch size B and token-id kind (``tokens.make_ids``: uniform, Zipf,
+real GPT-2 text):
+
+* ``ours``: the forward; the atomic backward (fp32 accumulation, and bf16 atomics); the deterministic backward
+  with the bucket table built on the CPU (llm.c's route: ids to the host, NumPy, table back to the GPU, a host
+  sync included) and built on the GPU, and the chunked deterministic backward (GPU bucketing) -- each end to
+  end through the public API;
+* ``piece``: the kernels those calls are made of, one at a time through the launchers of ``gpt2enc_edu.cuda``
+  and ``gpu_buckets`` (no validation): the forward kernel, the wpe kernel, the GPU bucket table, the bucketed
+  and the chunked wte kernel with the table ready. They say where the time of a whole call goes;
+* ``torch``, when ``import torch`` works and it sees the GPU: ``F.embedding`` + the position add, and the
+  embedding backward (``embedding_dense_backward`` + the dwpe sum) with deterministic algorithms off and on;
+* ``host``: building the bucket table alone (``make_buckets``, NumPy), with ``time.perf_counter``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from .. import cuda, gpu_buckets
+from ..encoder import encoder_backward, encoder_forward, make_buckets
+from ..rounding import bfloat16
+from ..tokens import KINDS
+
+T_GPT2 = 1024  #: sequence length of GPT-2 (124M)
+C_GPT2 = 768  #: channels of GPT-2 (124M)
+ID_KINDS = KINDS  #: ("uniform", "zipf", "real")
+FAMILIES = ("ours", "piece", "torch", "host")
+
+
+@dataclass(frozen=True)
+class Timed:
+    """What a case's setup returns: the call to time, the CUDA stream it runs on, what to undo after."""
+
+    fn: Callable[[], object]
+    stream: object  #: a cupy.cuda.Stream (for PyTorch: torch's current stream seen from CuPy)
+    teardown: Callable[[], object] | None = None
+
+
+@dataclass(frozen=True)
+class Case:
+    """One timed thing. ``family``: one of ``FAMILIES``; ``op``: what the floor is computed for (``floor.ALL_OPS``)."""
+
+    name: str
+    label: str
+    family: str
+    op: str | None
+    setup: Callable[["Workload"], Timed] | None
+    host_sync: bool = False  #: the call waits for the GPU by design (its time is end to end)
+
+
+@dataclass
+class TorchSide:
+    """PyTorch tensors sharing the benchmark's CuPy arrays (DLPack), for one configuration."""
+
+    torch: object
+    F: object
+    stream: object
+    wte: object
+    wpe: object
+    dout: object
+    ids: object  #: int64 copy of the ids (the usual dtype of PyTorch indices)
+    out: object
+
+
+@dataclass
+class Workload:
+    """The arrays of one configuration (id kind, B) on the GPU; the cases read them."""
+
+    kind: str
+    B: int
+    T: int
+    C: int
+    V: int
+    inp_host: np.ndarray
+    inp: object
+    wte: object
+    wpe: object
+    dwte: object
+    dwpe: object
+    dout: object
+    out: object
+    stream: object
+    distinct: int = 0  #: distinct ids in the batch (the wte rows touched), for the floor
+    seeds: object = field(default_factory=lambda: itertools.count(1))
+    torch_side: TorchSide | None = None
+
+    def next_seed(self) -> int:
+        """A fresh stochastic-rounding seed for every backward call, as in training."""
+        return next(self.seeds) % 2**32
+
+    def need_torch(self) -> TorchSide:
+        if self.torch_side is None:
+            raise RuntimeError("this case needs PyTorch with CUDA, which this run does not have")
+        return self.torch_side
+
+    def check_ids(self) -> None:
+        """Check the ids once (``make_buckets`` validates them, a sync), before timing a launcher that does not."""
+        make_buckets(self.inp, self.C, bfloat16, V=self.V)
+
+
+# ---------------------------------------------------------------------------------------------- whole calls
+def case_forward(w: Workload) -> Timed:
+    """``encoder_forward`` into a preallocated ``out`` (ids checked once here, not in the timed calls)."""
+    encoder_forward(w.inp, w.wte, w.wpe, out=w.out, check_ids=True)
+    return Timed(lambda: encoder_forward(w.inp, w.wte, w.wpe, out=w.out, check_ids=False), w.stream)
+
+
+def _backward(w: Workload, **options) -> Timed:
+    """``encoder_backward`` with ``options``; one validated call first (checks the ids, compiles)."""
+    encoder_backward(w.dwte, w.dwpe, w.dout, w.inp, seed=w.next_seed(), check_ids=True, **options)
+
+    def call():
+        encoder_backward(w.dwte, w.dwpe, w.dout, w.inp, seed=w.next_seed(), check_ids=False, **options)
+
+    return Timed(call, w.stream)
+
+
+def case_atomic_fp32(w: Workload) -> Timed:
+    """Atomic backward accumulating in fp32 copies of the gradients, rounded back to bf16 (nondeterministic)."""
+    return _backward(w, method="atomic")
+
+
+def case_atomic_bf16(w: Workload) -> Timed:
+    """Atomic backward with bf16 atomics on the gradients themselves (nondeterministic, lossy)."""
+    return _backward(w, method="atomic_bf16")
+
+
+def case_bucketed_cpu(w: Workload) -> Timed:
+    """Deterministic backward, bucket table built on the CPU: ids to the host, NumPy, table back (a sync)."""
+    return _backward(w, method="bucketed", bucketing="cpu")
+
+
+def case_bucketed_gpu(w: Workload) -> Timed:
+    """Deterministic backward, bucket table built on the GPU (no host sync)."""
+    return _backward(w, method="bucketed", bucketing="gpu")
+
+
+def case_chunked_gpu(w: Workload) -> Timed:
+    """Deterministic backward with the chunked wte kernel (one warp per 32-item chunk), GPU bucketing."""
+    return _backward(w, method="chunked", bucketing="gpu")
+
+
+# ---------------------------------------------------------------------------------------------- the pieces
+def case_forward_kernel(w: Workload) -> Timed:
+    """The forward kernel alone (``cuda.encoder_forward``: no validation, no allocation)."""
+    w.check_ids()
+    return Timed(lambda: cuda.encoder_forward(w.out, w.inp, w.wte, w.wpe, w.B, w.T, w.C), w.stream)
+
+
+def case_wpe_kernel(w: Workload) -> Timed:
+    """The wpe kernel alone (``cuda.encoder_backward_wpe``): dwpe += sum over b of dout, deterministic."""
+    return Timed(lambda: cuda.encoder_backward_wpe(w.dwpe, w.dout, w.B, w.T, w.C, w.next_seed()), w.stream)
+
+
+def case_gpu_buckets(w: Workload) -> Timed:
+    """The GPU bucket table alone (one kernel), as ``encoder_backward(bucketing="gpu")`` launches it."""
+    w.check_ids()
+    return Timed(lambda: gpu_buckets.build_bucket_table_gpu(w.inp, w.C, bfloat16, w.V), w.stream)
+
+
+def _table_ready(w: Workload):
+    """A GPU-built table of the workload's ids, finished before the timing starts."""
+    w.check_ids()
+    with w.stream:
+        table = gpu_buckets.build_bucket_table_gpu(w.inp, w.C, bfloat16, w.V)
+    w.stream.synchronize()
+    return table
+
+
+def case_wte_bucketed_kernel(w: Workload) -> Timed:
+    """The bucketed wte kernel alone (llm.c's scheme: one block per bucket), table ready."""
+    table = _table_ready(w)
+    return Timed(lambda: cuda.encoder_backward_wte_bucketed(w.dwte, table, w.dout, w.C, w.next_seed()), w.stream)
+
+
+def case_wte_chunked_kernel(w: Workload) -> Timed:
+    """The chunked wte kernels alone (chunk kernel + combine kernel), table ready."""
+    table = _table_ready(w)
+    return Timed(lambda: cuda.encoder_backward_wte_chunked(w.dwte, table, w.dout, w.C, w.next_seed()), w.stream)
+
+
+# ---------------------------------------------------------------------------------------------- PyTorch
+def case_torch_forward(w: Workload) -> Timed:
+    """PyTorch: ``F.embedding(ids, wte) + wpe[:T]``, written into a preallocated tensor."""
+    t = w.need_torch()
+    wpe_rows = t.wpe[: w.T]
+
+    def call():
+        t.torch.add(t.F.embedding(t.ids, t.wte), wpe_rows, out=t.out)
+
+    return Timed(call, t.stream)
+
+
+def _torch_backward(w: Workload, deterministic: bool) -> Timed:
+    """PyTorch's embedding backward (a fresh dwte, as autograd computes it) and the dwpe sum over the batch."""
+    t = w.need_torch()
+    torch = t.torch
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    torch.use_deterministic_algorithms(deterministic)
+    embedding_backward = torch.ops.aten.embedding_dense_backward
+
+    def call():
+        embedding_backward(t.dout, t.ids, w.V, -1, False)
+        t.dout.sum(0)
+
+    def restore():
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+    return Timed(call, t.stream, teardown=restore)
+
+
+def case_torch_backward(w: Workload) -> Timed:
+    """PyTorch embedding backward + dwpe sum, ``torch.use_deterministic_algorithms(False)``."""
+    return _torch_backward(w, deterministic=False)
+
+
+def case_torch_backward_det(w: Workload) -> Timed:
+    """PyTorch embedding backward + dwpe sum, ``torch.use_deterministic_algorithms(True)``."""
+    return _torch_backward(w, deterministic=True)
+
+
+#: Everything the benchmark times, in report order.
+CASES = (
+    Case("forward", "forward", "ours", "forward", case_forward),
+    Case("atomic_fp32", "backward, atomic (fp32 accumulation)", "ours", "backward", case_atomic_fp32),
+    Case("atomic_bf16", "backward, atomic (bf16 atomics)", "ours", "backward", case_atomic_bf16),
+    Case("bucketed_cpu", "backward, deterministic, CPU bucketing", "ours", "backward", case_bucketed_cpu,
+         host_sync=True),
+    Case("bucketed_gpu", "backward, deterministic, GPU bucketing", "ours", "backward", case_bucketed_gpu),
+    Case("chunked_gpu", "backward, deterministic chunked, GPU bucketing", "ours", "backward", case_chunked_gpu),
+    Case("torch_forward", "PyTorch F.embedding + wpe", "torch", "forward", case_torch_forward),
+    Case("torch_backward", "PyTorch embedding backward + dwpe sum", "torch", "backward", case_torch_backward),
+    Case("torch_backward_det", "PyTorch embedding backward + dwpe sum, deterministic", "torch", "backward",
+         case_torch_backward_det),
+    Case("make_buckets", "make_buckets alone (NumPy, host)", "host", None, None),
+    Case("forward_kernel", "forward kernel alone", "piece", "forward", case_forward_kernel),
+    Case("wpe_kernel", "wpe kernel alone", "piece", "backward_wpe", case_wpe_kernel),
+    Case("gpu_buckets", "GPU bucket table alone (one kernel)", "piece", None, case_gpu_buckets),
+    Case("wte_bucketed_kernel", "wte kernel alone, bucketed (table ready)", "piece", "backward_wte",
+         case_wte_bucketed_kernel),
+    Case("wte_chunked_kernel", "wte kernel alone, chunked (table ready)", "piece", "backward_wte",
+         case_wte_chunked_kernel),
+)
+CASE_NAMES = tuple(c.name for c in CASES)
+CASES_BY_NAME = {c.name: c for c in CASES}
