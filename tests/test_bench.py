@@ -1,10 +1,12 @@
-"""The benchmark's pure parts on the CPU (arithmetic, summaries, writers, plots, CLI), and one GPU smoke run.
+"""The bench room on the CPU (arithmetic, summaries, files, tables, README markers, plots, CLI) and GPU smoke runs.
 
-No test asserts anything about how fast something is.
+No test asserts anything about how fast an encoder kernel is; the GPU timer test checks the timer against a
+kernel that spins for a known time.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -16,218 +18,371 @@ import pytest
 
 from gpt2enc_edu import bench
 from gpt2enc_edu.backend import gpu_status
+from gpt2enc_edu.bench import cases, cli, floor, plots, report, run, tables, timer
 from gpt2enc_edu.tokens import make_ids
 
 ROOT = Path(__file__).resolve().parents[1]
 H200_COPY_RATE = 4273e9  # bytes/s, from the reference README (llm.c's numbers on the project's H200)
+BENCH_DIR = ROOT / "gpt2enc_edu" / "bench"
+
+
+# ------------------------------------------------------------------------------------------ the package's shape
+def _bench_imports(path: Path) -> set[str]:
+    """The bench modules a module imports (``from .x import`` / ``from . import x``)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            found |= {node.module} if node.module else {a.name for a in node.names}
+    return found
+
+
+def test_modules_small_and_without_circles():
+    modules = {p.stem: p for p in BENCH_DIR.glob("*.py") if p.stem not in ("__init__", "__main__")}
+    assert {"floor", "cases", "timer", "report", "tables", "plots", "run", "cli"} <= set(modules)
+    for path in modules.values():
+        assert len(path.read_text().splitlines()) < 400, path
+    graph = {name: _bench_imports(path) & set(modules) for name, path in modules.items()}
+
+    def reaches(start, target, seen=()):
+        return any(n == target or (n not in seen and reaches(n, target, (*seen, n))) for n in graph[start])
+
+    for name in graph:
+        assert not reaches(name, name), f"import circle through bench.{name}"
+    assert not reaches("plots", "report") and not reaches("floor", "cases")  # arrows point down
+
+
+def test_spin_kernel_is_a_kernel_file():
+    from gpt2enc_edu.loader import kernel_source
+
+    source = kernel_source(timer.SPIN_KERNEL[0])
+    assert f"void {timer.SPIN_KERNEL[1]}(" in source and "globaltimer" in source
+    assert "__global__" not in (BENCH_DIR / "timer.py").read_text()  # no CUDA kept in Python strings
 
 
 # ------------------------------------------------------------------------------------------ minimal bytes
 def test_minimal_bytes_by_hand():
     ids = np.array([[1, 1, 2], [3, 1, 2]], dtype=np.int32)  # B=2, T=3: ids {1, 2, 3}
-    assert bench.distinct_ids(ids) == 3
+    assert floor.distinct_ids(ids) == 3
     # forward: out 2*3*8*2 = 96, wte rows 3*8*2 = 48, wpe 3*8*2 = 48, ids 6*4 = 24
-    assert bench.minimal_bytes("forward", B=2, T=3, C=8, distinct=3) == 96 + 48 + 48 + 24
+    assert floor.minimal_bytes("forward", B=2, T=3, C=8, distinct=3) == 96 + 48 + 48 + 24
     # backward: dout 96, dwte rows read + written 2*48, dwpe read + written 2*48, ids 24
-    assert bench.minimal_bytes("backward", B=2, T=3, C=8, distinct=3) == 96 + 96 + 96 + 24
+    assert floor.minimal_bytes("backward", B=2, T=3, C=8, distinct=3) == 96 + 96 + 96 + 24
+    # the pieces: the wpe kernel reads dout and updates dwpe; the wte kernel reads dout and ids, updates dwte rows
+    assert floor.minimal_bytes("backward_wpe", B=2, T=3, C=8, distinct=3) == 96 + 96
+    assert floor.minimal_bytes("backward_wte", B=2, T=3, C=8, distinct=3) == 96 + 96 + 24
     # fp32 storage doubles every float term, not the ids
-    assert bench.minimal_bytes("forward", B=2, T=3, C=8, distinct=3, itemsize=4) == 2 * (96 + 48 + 48) + 24
+    assert floor.minimal_bytes("forward", B=2, T=3, C=8, distinct=3, itemsize=4) == 2 * (96 + 48 + 48) + 24
+
+
+def test_pieces_read_dout_once_more_than_the_whole():
+    kw = dict(B=4, T=16, C=64, distinct=37)
+    pieces = floor.minimal_bytes("backward_wpe", **kw) + floor.minimal_bytes("backward_wte", **kw)
+    assert pieces - floor.minimal_bytes("backward", **kw) == 4 * 16 * 64 * 2
 
 
 def test_minimal_bytes_one_token():
     # B=1, T=1, C=1: one id, one row of each table
-    assert bench.minimal_bytes("forward", B=1, T=1, C=1, distinct=1) == 2 + 2 + 2 + 4
-    assert bench.minimal_bytes("backward", B=1, T=1, C=1, distinct=1) == 2 + 4 + 4 + 4
+    assert floor.minimal_bytes("forward", B=1, T=1, C=1, distinct=1) == 2 + 2 + 2 + 4
+    assert floor.minimal_bytes("backward", B=1, T=1, C=1, distinct=1) == 2 + 4 + 4 + 4
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(op="sideways", B=1, T=1, C=1, distinct=1), "op must be"),
-    (dict(op="forward", B=0, T=1, C=1, distinct=1), "B must be"),
-    (dict(op="forward", B=1, T=1, C=1, distinct=2), "cannot exceed"),
-    (dict(op="forward", B=1, T=1, C=1, distinct=0), "distinct must be"),
-    (dict(op="forward", B=1, T=1, C=1.5, distinct=1), "C must be"),
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(op="sideways", B=1, T=1, C=1, distinct=1), ValueError, "op must be"),
+    (dict(op="forward", B=0, T=1, C=1, distinct=1), ValueError, "B must be >= 1"),
+    (dict(op="forward", B=1, T=1, C=1, distinct=2), ValueError, "cannot exceed"),
+    (dict(op="forward", B=1, T=1, C=1, distinct=0), ValueError, "distinct must be >= 1"),
+    (dict(op="forward", B=1, T=1, C=1.5, distinct=1), TypeError, "C must be an integer"),
+    (dict(op="forward", B=True, T=1, C=1, distinct=1), TypeError, "B must be an integer"),
 ])
-def test_minimal_bytes_rejects(kwargs, message):
+def test_minimal_bytes_rejects(kwargs, error, message):
     op = kwargs.pop("op")
-    with pytest.raises(ValueError, match=message):
-        bench.minimal_bytes(op, **kwargs)
+    with pytest.raises(error, match=message):
+        floor.minimal_bytes(op, **kwargs)
 
 
 def test_floor_reproduces_reference_at_b64_uniform():
     """The reference README's floors (37 us forward, 51 us backward at B=64, uniform ids, 4273 GB/s)."""
     ids = make_ids("uniform", 64, 1024, seed=0)
-    distinct = bench.distinct_ids(ids)
+    distinct = floor.distinct_ids(ids)
     assert 35_000 < distinct < 38_000  # about V * (1 - exp(-B*T/V)) = 36.6k for uniform draws
-    fwd = bench.floor_seconds(bench.minimal_bytes("forward", B=64, T=1024, C=768, distinct=distinct), H200_COPY_RATE)
-    bwd = bench.floor_seconds(bench.minimal_bytes("backward", B=64, T=1024, C=768, distinct=distinct), H200_COPY_RATE)
+    fwd = floor.floor_seconds(floor.minimal_bytes("forward", B=64, T=1024, C=768, distinct=distinct), H200_COPY_RATE)
+    bwd = floor.floor_seconds(floor.minimal_bytes("backward", B=64, T=1024, C=768, distinct=distinct), H200_COPY_RATE)
     assert round(fwd * 1e6) == 37
     assert round(bwd * 1e6) == 51
 
 
-# ------------------------------------------------------------------------------------------ floor, percent
-def test_floor_and_percent():
-    assert bench.floor_seconds(2_000, 1_000.0) == 2.0
-    assert bench.percent_of_floor(4.0, 2_000, 1_000.0) == 50.0
-    assert bench.percent_of_floor(2.0, 2_000, 1_000.0) == 100.0
-    assert bench.percent_of_floor(1.0, 2_000, 1_000.0) == 200.0  # faster than a copy (e.g. cache hits)
+# ------------------------------------------------------------------------------------------ floor, percent, GB/s
+def test_floor_percent_and_bandwidth():
+    assert floor.floor_seconds(2_000, 1_000.0) == 2.0
+    assert floor.percent_of_floor(4.0, 2_000, 1_000.0) == 50.0
+    assert floor.percent_of_floor(2.0, 2_000, 1_000.0) == 100.0
+    assert floor.percent_of_floor(1.0, 2_000, 1_000.0) == 200.0  # faster than a copy (e.g. cache hits)
+    assert floor.achieved_bytes_per_s(4.0, 2_000) == 500.0
+    # the roofline's ratio is the percent of the floor
+    assert 100 * floor.achieved_bytes_per_s(4.0, 2_000) / 1_000.0 == floor.percent_of_floor(4.0, 2_000, 1_000.0)
 
 
 @pytest.mark.parametrize("call", [
-    lambda: bench.floor_seconds(10, 0.0),
-    lambda: bench.floor_seconds(10, float("inf")),
-    lambda: bench.floor_seconds(-1, 1.0),
-    lambda: bench.percent_of_floor(0.0, 10, 1.0),
-    lambda: bench.percent_of_floor(float("nan"), 10, 1.0),
+    lambda: floor.floor_seconds(10, 0.0),
+    lambda: floor.floor_seconds(10, float("inf")),
+    lambda: floor.floor_seconds(-1, 1.0),
+    lambda: floor.percent_of_floor(0.0, 10, 1.0),
+    lambda: floor.percent_of_floor(float("nan"), 10, 1.0),
+    lambda: floor.achieved_bytes_per_s(0.0, 10),
+    lambda: floor.achieved_bytes_per_s(1.0, -1),
 ])
 def test_floor_rejects(call):
     with pytest.raises(ValueError):
         call()
 
 
+def test_copy_rate_of_meta_or_rows():
+    assert floor.copy_rate_of([], {"copy_rate_GBps": 4000.0}) == 4000e9
+    assert floor.copy_rate_of([dict(minimal_bytes=8_000, floor_us=2.0)]) == pytest.approx(4e9)
+    assert floor.copy_rate_of([dict(minimal_bytes=None, floor_us=None)]) is None
+
+
 # ------------------------------------------------------------------------------------------ summaries
 def test_summarize_percentiles():
-    s = bench.summarize([11, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10])  # order does not matter
+    s = timer.summarize([11, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10])  # order does not matter
     assert (s.median, s.p10, s.p90, s.n) == (6.0, 2.0, 10.0, 11)
-    assert bench.summarize([3.5]) == bench.Summary(3.5, 3.5, 3.5, 1)
-    assert bench.summarize([1.0, 2.0]).median == 1.5
-    us = bench.summarize([2e-6, 4e-6, 6e-6]).scaled(1e6)
+    assert timer.summarize([3.5]) == timer.Summary(3.5, 3.5, 3.5, 1)
+    assert timer.summarize([1.0, 2.0]).median == 1.5
+    us = timer.summarize([2e-6, 4e-6, 6e-6]).scaled(1e6)
     assert (us.median, us.p10, us.p90, us.n) == (pytest.approx(4.0), pytest.approx(2.4), pytest.approx(5.6), 3)
 
 
 @pytest.mark.parametrize("bad", [[], [1.0, float("nan")], [float("inf")]])
 def test_summarize_rejects(bad):
     with pytest.raises(ValueError):
-        bench.summarize(bad)
+        timer.summarize(bad)
 
 
 def test_format_time():
-    assert bench.format_time_us(1.234) == "1.23 us"
-    assert bench.format_time_us(456.4) == "456 us"
-    assert bench.format_time_us(46_100) == "46.1 ms"
+    assert tables.format_time_us(1.234) == "1.23 us"
+    assert tables.format_time_us(456.4) == "456 us"
+    assert tables.format_time_us(46_100) == "46.1 ms"
+
+
+def test_time_make_buckets_runs_on_the_host():
+    samples = timer.time_make_buckets(make_ids("zipf", 2, 64, seed=0), repeats=3)
+    assert len(samples) == 3 and all(s > 0 for s in samples)
+    with pytest.raises(TypeError, match="repeats must be an integer"):
+        timer.time_make_buckets(make_ids("zipf", 1, 8, seed=0), repeats=2.0)
 
 
 # ------------------------------------------------------------------------------------------ fake results
-def fake_results(batch_sizes=(1, 64), kinds=("uniform", "zipf")) -> bench.Results:
+#: Made-up medians (us) of the breakdown at B=64, uniform ids, so the tables can be checked by hand.
+FAKE_B64_UNIFORM = dict(wpe_kernel=20.0, gpu_buckets=50.0, wte_chunked_kernel=80.0, chunked_gpu=160.0,
+                        bucketed_gpu=250.0, torch_backward_det=800.0)
+
+
+def fake_results(batch_sizes=(1, 64), kinds=("uniform", "zipf")) -> report.Results:
     """Made-up rows with the real shapes of a run (never to be committed as measurements)."""
     rows = []
-    rate = H200_COPY_RATE
     for kind in kinds:
         for B in batch_sizes:
-            ids = make_ids(kind, B, 1024, seed=1)
-            distinct = bench.distinct_ids(ids)
-            for i, case in enumerate(bench.CASES):
+            distinct = floor.distinct_ids(make_ids(kind, B, 1024, seed=1))
+            for i, case in enumerate(cases.CASES):
                 base = (1 + i) * 10e-6 * B ** 0.8
-                seconds = bench.Summary(base, 0.9 * base, 1.2 * base, 7)
-                rows.append(bench.make_row(case, ids=kind, B=B, T=1024, C=768, V=50257, dtype_name="bf16",
-                                           distinct=distinct, seconds=seconds,
-                                           timer="perf_counter" if case.family == "host" else "cuda-events",
-                                           host_gap_frac=None if case.family == "host" else 0.0,
-                                           copy_rate=rate))
+                if (kind, B) == ("uniform", 64) and case.name in FAKE_B64_UNIFORM:
+                    base = FAKE_B64_UNIFORM[case.name] * 1e-6
+                seconds = timer.Summary(base, 0.9 * base, 1.2 * base, 7)
+                rows.append(report.make_row(case, ids=kind, B=B, T=1024, C=768, V=50257, dtype_name="bf16",
+                                            distinct=distinct, seconds=seconds,
+                                            timer="perf_counter" if case.family == "host" else "cuda-events",
+                                            host_gap_frac=None if case.family == "host" else 0.0,
+                                            copy_rate=H200_COPY_RATE))
     meta = dict(device="FAKE device (test data)", date="2000-01-01T00:00:00+00:00", command="fake",
                 shape=dict(T=1024, C=768, V=50257, dtype="bf16"), repeats=7, host_repeats=7,
-                copy_rate_GBps=rate / 1e9, torch="fake", failures=[])
-    return bench.Results(rows=rows, meta=meta, failures=[])
+                copy_rate_GBps=H200_COPY_RATE / 1e9, torch="fake", failures=[])
+    return report.Results(rows=rows, meta=meta, failures=[])
 
 
-def test_make_row_fills_floor_only_for_gpu_ops():
+def _row(rows, case, kind="uniform", B=64):
+    return next(r for r in rows if r["case"] == case and r["ids"] == kind and r["B"] == B)
+
+
+def test_make_row_fills_floor_only_for_cases_with_an_op():
     rows = fake_results(batch_sizes=(4,), kinds=("uniform",)).rows
     by_case = {r["case"]: r for r in rows}
-    assert set(by_case) == set(bench.CASE_NAMES)
+    assert set(by_case) == set(cases.CASE_NAMES)
     fwd = by_case["forward"]
-    assert fwd["minimal_bytes"] == bench.minimal_bytes("forward", B=4, T=1024, C=768, distinct=fwd["distinct_ids"])
+    assert fwd["minimal_bytes"] == floor.minimal_bytes("forward", B=4, T=1024, C=768, distinct=fwd["distinct_ids"])
     assert fwd["pct_of_floor"] == pytest.approx(100 * fwd["floor_us"] / fwd["median_us"])
+    assert fwd["achieved_GBps"] == pytest.approx(fwd["minimal_bytes"] / fwd["median_us"] / 1e3)
     assert by_case["torch_backward"]["floor_us"] == by_case["bucketed_gpu"]["floor_us"]  # one floor per op
-    host = by_case["make_buckets"]
-    assert host["minimal_bytes"] is None and host["floor_us"] is None and host["pct_of_floor"] is None
+    wte = by_case["wte_chunked_kernel"]
+    assert wte["minimal_bytes"] == floor.minimal_bytes("backward_wte", B=4, T=1024, C=768, distinct=wte["distinct_ids"])
+    for name in ("make_buckets", "gpu_buckets"):
+        r = by_case[name]
+        assert r["minimal_bytes"] is None and r["floor_us"] is None and r["pct_of_floor"] is None
+        assert r["achieved_GBps"] is None
 
 
 def test_csv_round_trip(tmp_path):
     rows = fake_results().rows
-    path = bench.write_csv(rows, tmp_path / "results.csv")
-    back = bench.read_csv(path)
+    back = report.read_csv(report.write_csv(rows, tmp_path / "results.csv"))
     assert len(back) == len(rows)
     for a, b in zip(rows, back):
-        assert a.keys() == b.keys()
-        for key in bench.COLUMNS:
+        assert a.keys() == b.keys() == set(report.COLUMNS)
+        for key in report.COLUMNS:
             if isinstance(a[key], float):
                 assert b[key] == pytest.approx(a[key], rel=1e-12), key
             else:
                 assert b[key] == a[key], key
 
 
+def test_read_csv_of_an_older_run_computes_the_new_column(tmp_path):
+    rows = fake_results(batch_sizes=(1,), kinds=("zipf",)).rows
+    old = [c for c in report.COLUMNS if c not in report.OPTIONAL_COLUMNS]
+    lines = [",".join(old)] + [",".join("" if r[c] is None else str(r[c]).replace(",", ";") for c in old)
+                               for r in rows]
+    path = tmp_path / "old.csv"
+    path.write_text("\n".join(lines) + "\n")
+    back = {r["case"]: r for r in report.read_csv(path)}
+    assert back["forward"]["achieved_GBps"] == pytest.approx(_row(rows, "forward", "zipf", 1)["achieved_GBps"])
+    assert back["make_buckets"]["achieved_GBps"] is None
+
+
 def test_read_csv_rejects_other_files(tmp_path):
     path = tmp_path / "other.csv"
     path.write_text("a,b\n1,2\n")
     with pytest.raises(ValueError, match="missing columns"):
-        bench.read_csv(path)
+        report.read_csv(path)
 
 
+# ------------------------------------------------------------------------------------------ markdown
 def test_markdown_report():
     results = fake_results()
-    text = bench.markdown_report(results.rows, results.meta)
+    text = tables.markdown_report(results.rows, results.meta)
     assert text.startswith("# Encoder benchmark on FAKE device (test data)")
     assert "## uniform ids" in text and "## zipf ids" in text and "## real ids" not in text
     assert "| kernel | B=1 | B=64 |" in text
-    forward_b1 = next(r for r in results.rows if r["case"] == "forward" and r["ids"] == "uniform" and r["B"] == 1)
-    assert f"| forward | {bench.format_time_us(forward_b1['median_us'])} ({forward_b1['pct_of_floor']:.0f}%) |" in text
+    forward_b1 = _row(results.rows, "forward", B=1)
+    assert f"| forward | {tables.format_time_us(forward_b1['median_us'])} ({forward_b1['pct_of_floor']:.0f}%) |" in text
     assert "| floor, forward |" in text and "| floor, backward |" in text
     assert "4273 GB/s" in text
-    host_b1 = next(r for r in results.rows if r["case"] == "make_buckets" and r["ids"] == "zipf" and r["B"] == 1)
-    assert f"| make_buckets alone (NumPy, host) | {bench.format_time_us(host_b1['median_us'])} |" in text  # no %
+    host_b1 = _row(results.rows, "make_buckets", "zipf", 1)
+    assert f"| make_buckets alone (NumPy, host) | {tables.format_time_us(host_b1['median_us'])} |" in text  # no %
     assert "## Failures" not in text
+
+
+def test_breakdown_table_by_hand():
+    rows = fake_results().rows
+    lines = tables.breakdown_markdown(rows, "uniform")
+    assert lines[0] == "### Where the time goes, uniform ids"
+    line = next(line for line in lines if line.startswith("| 64 |"))
+    # wpe 20 + table 50 + chunked wte 80 = 150 us; the table is 50/160 = 31% of the chunked call, 50/250 = 20%
+    # of the bucketed one
+    chunked, bucketed = _row(rows, "chunked_gpu"), _row(rows, "bucketed_gpu")
+    assert line.endswith(f"| 150 us | 160 us ({chunked['pct_of_floor']:.0f}%) | 31% | "
+                         f"250 us ({bucketed['pct_of_floor']:.0f}%) | 20% |")
+    assert tables.breakdown_markdown([r for r in rows if r["case"] != "gpu_buckets"], "uniform") == []
 
 
 def test_markdown_lists_failures():
     results = fake_results()
     meta = dict(results.meta, failures=[dict(case="bucketed_gpu", ids="zipf", B=64, error="RuntimeError: boom")])
-    assert "- bucketed_gpu (zipf, B=64): RuntimeError: boom" in bench.markdown_report(results.rows, meta)
+    assert "- bucketed_gpu (zipf, B=64): RuntimeError: boom" in tables.markdown_report(results.rows, meta)
 
 
+# ------------------------------------------------------------------------------------------ README table
+def test_readme_block():
+    results = fake_results()
+    text = tables.readme_block(results.rows, results.meta, results_link="x/results.md")
+    assert "| B=64 | uniform ids | Zipf ids |" in text and "(4273 GB/s)" in text
+    assert "[x/results.md](x/results.md)" in text
+    assert "| bucket table's share of the chunked backward | 31% |" in text
+    assert "| chunked backward's speed-up over PyTorch's deterministic one | 5.0x |" in text  # 800 / 160
+    assert "| floor, forward / backward |" in text
+    assert "| B=1 |" in tables.readme_block(results.rows, results.meta, B=1)
+    with pytest.raises(ValueError, match="B=8 was not measured"):
+        tables.readme_block(results.rows, results.meta, B=8)
+
+
+def test_replace_between_markers():
+    text = f"# t\n\nbefore\n{tables.README_START}\nold table\n{tables.README_END}\nafter\n"
+    new = tables.replace_between_markers(text, "new table\n")
+    assert new == f"# t\n\nbefore\n{tables.README_START}\n\nnew table\n\n{tables.README_END}\nafter\n"
+    assert tables.replace_between_markers(new, "new table") == new  # idempotent
+    for bad in ("no markers", text + tables.README_START, f"{tables.README_END}\n{tables.README_START}"):
+        with pytest.raises(ValueError):
+            tables.replace_between_markers(bad, "x")
+
+
+def test_the_readme_has_the_markers():
+    tables.replace_between_markers((ROOT / "README.md").read_text(), "x")  # raises if they are missing
+
+
+# ------------------------------------------------------------------------------------------ files, plots
 def test_write_and_load_results(tmp_path):
     pytest.importorskip("matplotlib")
     results = fake_results()
-    paths = bench.write_results(results, tmp_path / "out")
-    names = {p.name for p in paths}
-    assert names == {"results.csv", "results.md", "meta.json", "time_vs_B.png", "pct_of_floor.png"}
+    paths = report.write_results(results, tmp_path / "out")
+    assert {p.name for p in paths} == {"results.csv", "results.md", "meta.json", plots.TIME_PNG, plots.FLOOR_PNG,
+                                       plots.ROOFLINE_PNG, plots.BREAKDOWN_PNG}
     for p in paths:
         assert p.stat().st_size > 0
-    for png in ("time_vs_B.png", "pct_of_floor.png"):
-        assert (tmp_path / "out" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    rows, meta = bench.load_results(tmp_path / "out")
+        if p.suffix == ".png":
+            assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows, meta = report.load_results(tmp_path / "out")
     assert len(rows) == len(results.rows) and meta["device"] == "FAKE device (test data)"
     assert json.loads((tmp_path / "out" / "meta.json").read_text())["copy_rate_GBps"] == pytest.approx(4273)
 
 
+def test_no_breakdown_plot_without_the_pieces(tmp_path):
+    pytest.importorskip("matplotlib")
+    rows = [r for r in fake_results().rows if r["family"] != "piece"]
+    assert not plots.has_breakdown(rows)
+    names = {p.name for p in plots.save_plots(rows, tmp_path)}
+    assert plots.BREAKDOWN_PNG not in names and plots.ROOFLINE_PNG in names
+    with pytest.raises(ValueError, match="no per-kernel rows"):
+        plots.plot_breakdown(rows)
+
+
+def test_roofline_draws_the_copy_rate():
+    pytest.importorskip("matplotlib")
+    results = fake_results(kinds=("uniform",))
+    fig = plots.plot_roofline(results.rows, meta=results.meta)
+    ax = fig.axes[0]
+    roof = [line for line in ax.get_lines() if line.get_label().startswith("copy rate")]
+    assert len(roof) == 1 and roof[0].get_ydata()[0] == pytest.approx(4273)
+    forward = next(line for line in ax.get_lines() if line.get_label() == "forward")
+    assert list(forward.get_ydata()) == pytest.approx([_row(results.rows, "forward", B=b)["achieved_GBps"]
+                                                      for b in (1, 64)])
+
+
 def test_load_results_missing(tmp_path):
     with pytest.raises(FileNotFoundError, match="no benchmark results"):
-        bench.load_results(tmp_path)
+        report.load_results(tmp_path)
 
 
-def test_time_make_buckets_runs_on_the_host():
-    samples = bench.time_make_buckets(make_ids("zipf", 2, 64, seed=0), repeats=3)
-    assert len(samples) == 3 and all(s > 0 for s in samples)
+def test_every_case_has_its_own_color():
+    colors = [plots.CASE_COLORS[c.name] for c in cases.CASES]
+    assert len(set(colors)) == len(colors)
 
 
 # ------------------------------------------------------------------------------------------ configuration, CLI
 def test_cases_are_named_functions():
-    assert len(set(bench.CASE_NAMES)) == len(bench.CASES)
-    for case in bench.CASES:
-        assert case.family in ("ours", "torch", "host")
+    assert len(set(cases.CASE_NAMES)) == len(cases.CASES)
+    for case in cases.CASES:
+        assert case.family in cases.FAMILIES
         if case.family == "host":
             assert case.setup is None and case.op is None
         else:
-            assert case.setup.__name__ == f"case_{case.name}" and case.op in (*bench.OPS, None)
+            assert case.setup.__name__ == f"case_{case.name}" and case.op in (*floor.ALL_OPS, None)
 
 
 def test_cli_defaults_and_quick():
-    parser = bench.build_parser()
-    config, out = bench.config_from_args(parser.parse_args([]))
+    parser = cli.build_parser()
+    config, out = cli.config_from_args(parser.parse_args([]))
     assert config.batch_sizes == (1, 4, 8, 16, 32, 64) and config.kinds == ("uniform", "zipf", "real")
-    assert (config.repeats, config.warmup) == bench.FULL_REPEATS[:2] and out == Path("docs/bench")
-    config, out = bench.config_from_args(parser.parse_args(["--quick"]))
+    assert (config.repeats, config.warmup) == run.FULL_REPEATS[:2] and out == Path("docs/bench")
+    config, out = cli.config_from_args(parser.parse_args(["--quick"]))
     assert config.batch_sizes == (1, 64) and config.quick and out == Path("docs/bench/quick")
-    assert config.repeats == bench.QUICK_REPEATS[0]
-    config, out = bench.config_from_args(parser.parse_args(
+    assert config.repeats == run.QUICK_REPEATS[0]
+    config, out = cli.config_from_args(parser.parse_args(
         ["--quick", "--batch-sizes", "2", "8", "--ids", "real", "--repeats", "5", "--warmup", "0", "--out", "x",
          "--no-torch", "--cases", "forward", "bucketed_gpu"]))
     assert config.batch_sizes == (2, 8) and config.kinds == ("real",) and config.repeats == 5
@@ -236,20 +391,39 @@ def test_cli_defaults_and_quick():
 
 
 @pytest.mark.parametrize("argv", [["--batch-sizes", "0"], ["--ids", "normal"], ["--repeats", "x"],
-                                  ["--cases", "nothing"]])
+                                  ["--repeats", "2.5"], ["--warmup", "-1"], ["--cases", "nothing"]])
 def test_cli_rejects(argv, capsys):
     with pytest.raises(SystemExit) as info:
-        bench.build_parser().parse_args(argv)
+        cli.build_parser().parse_args(argv)
     assert info.value.code == 2
+    assert "expected an integer" in capsys.readouterr().err or argv[0] in ("--ids", "--cases")
 
 
 def test_config_rejects():
     with pytest.raises(ValueError, match="unknown"):
-        bench.BenchConfig(kinds=("gaussian",))
+        run.BenchConfig(kinds=("gaussian",))
     with pytest.raises(ValueError, match="warmup"):
-        bench.BenchConfig(warmup=-1)
+        run.BenchConfig(warmup=-1)
     with pytest.raises(ValueError, match="repeats"):
-        bench.BenchConfig(repeats=0)
+        run.BenchConfig(repeats=0)
+    with pytest.raises(TypeError, match="batch size must be an integer"):
+        run.BenchConfig(batch_sizes=(1.0,))
+
+
+def test_cli_from_results_rewrites_files_and_readme(tmp_path, capsys):
+    """No GPU needed: a finished run's folder is rendered again and the README's table rewritten."""
+    pytest.importorskip("matplotlib")
+    results = fake_results()
+    report.write_csv(results.rows, (tmp_path / "run").mkdir() or tmp_path / "run" / "results.csv")
+    report.write_meta(results.meta, tmp_path / "run" / "meta.json")
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n{tables.README_START}\nstale\n{tables.README_END}\nrest\n")
+    assert cli.main(["--from-results", str(tmp_path / "run"), "--readme", str(readme)]) == 0
+    assert (tmp_path / "run" / "roofline.png").is_file() and (tmp_path / "run" / "results.md").is_file()
+    text = readme.read_text()
+    assert "stale" not in text and text.endswith(f"{tables.README_END}\nrest\n")
+    assert "| B=64 | uniform ids | Zipf ids |" in text and "[run/results.md](run/results.md)" in text
+    assert "rewrote" in capsys.readouterr().out
 
 
 def test_no_gpu_exits_cleanly(tmp_path):
@@ -266,28 +440,41 @@ def test_no_gpu_exits_cleanly(tmp_path):
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
-# ------------------------------------------------------------------------------------------ GPU smoke run
+def test_module_entry_point_is_the_cli():
+    assert "from .cli import main" in (BENCH_DIR / "__main__.py").read_text() and bench.main is cli.main
+    assert 'gpt2enc-bench = "gpt2enc_edu.bench:main"' in (ROOT / "pyproject.toml").read_text()
+
+
+# ------------------------------------------------------------------------------------------ GPU
+@pytest.mark.gpu
+def test_gpu_timer_measures_a_known_spin():
+    """The timer against a kernel that spins for 200 us of the GPU's clock: the median is at least that."""
+    import cupy as cp
+
+    from gpt2enc_edu.loader import get_kernel
+
+    spin = get_kernel(*timer.SPIN_KERNEL, np.float32)
+    gpu_timer = timer.GpuTimer(cp, flush_bytes=1 << 20)
+    stream = cp.cuda.get_current_stream()
+    samples, _ = gpu_timer.time(lambda: spin((1,), (1,), (np.uint64(200_000),)), stream, warmup=1, repeats=5)
+    assert 200e-6 <= timer.summarize(samples).median < 2e-3
+
+
 @pytest.mark.gpu
 def test_gpu_smoke_run(tmp_path):
-    """A tiny real run: every case of ours produces a positive time and the files are written."""
+    """A tiny real run: every case but PyTorch's gives a positive time, and every file is written."""
     pytest.importorskip("matplotlib")
-    config = bench.BenchConfig(batch_sizes=(1,), kinds=("uniform",), repeats=3, warmup=1, host_repeats=2)
-    results = bench.run_benchmark(config, progress=False, command="pytest")
+    config = run.BenchConfig(batch_sizes=(1, 2), kinds=("zipf",), repeats=3, warmup=1, host_repeats=2)
+    results = run.run_benchmark(config, progress=False, command="pytest")
     assert results.failures == []
-    cases = {r["case"] for r in results.rows}
-    ours = {c.name for c in bench.CASES if c.family != "torch"}
-    assert ours <= cases, ours - cases
+    ours = {c.name for c in cases.CASES if c.family != "torch"}
+    assert ours <= {r["case"] for r in results.rows}, ours - {r["case"] for r in results.rows}
     assert all(r["median_us"] > 0 and r["repeats"] >= 2 for r in results.rows)
     assert results.meta["copy_rate_GBps"] > 0
-    paths = bench.write_results(results, tmp_path)
-    assert {p.name for p in paths} >= {"results.csv", "meta.json", "results.md"}
-
-
-def test_every_case_has_its_own_color():
-    from gpt2enc_edu.bench import plots as bench_plots
-
-    colors = [bench_plots.CASE_COLORS[c.name] for c in bench.CASES]
-    assert len(set(colors)) == len(colors)
+    paths = report.write_results(results, tmp_path)
+    assert {p.name for p in paths} >= {"results.csv", "meta.json", "results.md", plots.ROOFLINE_PNG,
+                                       plots.BREAKDOWN_PNG}
+    assert "### Where the time goes, zipf ids" in (tmp_path / "results.md").read_text()
 
 
 def test_notebook_plots_committed_results(tmp_path, monkeypatch):
@@ -297,12 +484,12 @@ def test_notebook_plots_committed_results(tmp_path, monkeypatch):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     pytest.importorskip("matplotlib")
-    bench.write_results(fake_results(), tmp_path / "results")
+    report.write_results(fake_results(), tmp_path / "results")
     monkeypatch.setenv("GPT2ENC_BENCH_DIR", str(tmp_path / "results"))
     nb = nbformat.read(ROOT / "notebooks" / "05_timings.ipynb", as_version=4)
     nbclient.NotebookClient(nb, timeout=120, resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
     outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
     text = "".join(o.get("text", "") for o in outputs)
     assert "device: FAKE device (test data)" in text and "date:   2000-01-01" in text
-    assert sum("image/png" in o.get("data", {}) for o in outputs) == 2
+    assert sum("image/png" in o.get("data", {}) for o in outputs) >= 2
     assert any("text/markdown" in o.get("data", {}) for o in outputs)

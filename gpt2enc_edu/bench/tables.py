@@ -193,7 +193,10 @@ def readme_block(rows, meta: dict | None = None, *, B: int | None = None, result
 
 
 def replace_between_markers(text: str, block: str, *, start: str = README_START, end: str = README_END) -> str:
-    """``text`` with what lies between its one ``start`` and one ``end`` marker replaced by ``block``."""
+    """``text`` with what lies between its one ``start`` and one ``end`` marker replaced by ``block``.
+
+    The block gets a blank line on each side, so the markdown around the markers (a table) stays separate.
+    """
     if text.count(start) != 1 or text.count(end) != 1:
         raise ValueError(f"expected exactly one {start!r} and one {end!r} marker, found {text.count(start)} "
                          f"and {text.count(end)}")
@@ -201,7 +204,7 @@ def replace_between_markers(text: str, block: str, *, start: str = README_START,
     if end not in rest:
         raise ValueError(f"{end!r} comes before {start!r}")
     _, tail = rest.split(end)
-    return f"{head}{start}\n{block.strip()}\n{end}{tail}"
+    return f"{head}{start}\n\n{block.strip()}\n\n{end}{tail}"
 
 
 def update_readme(path, rows, meta: dict | None = None, *, results_md=None, B: int | None = None) -> Path:
