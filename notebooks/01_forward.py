@@ -21,7 +21,8 @@
 # if this machine has one and in the bit-exact NumPy mirror if it does not.
 #
 # 0. Setup · 1. What the encoder computes · 2. Which thread computes what · 3. Why 128-bit packs ·
-# 4. The kernel · 5. Run it and check it · 6. Exercise 1
+# 4. The kernel · 5. Run it and check it · 6. llm.c does it this way · 7. Three versions, measured ·
+# 8. Exercise 1
 
 # %%
 # 0. Setup: make `import gpt2enc_edu` work. Where the package is installed this does nothing. In a
@@ -160,10 +161,28 @@ except ValueError as err:
 # %% [markdown]
 # ## 4. The kernel
 #
-# Here is `kernels/encoder_forward.cu`, read from the file the package compiles. Things to notice: the
-# thread map of section 2; `load128cs` (a *streaming* load) for the `wte` row, which is gathered at random
-# and read once, but a plain `load128` for the `wpe` row, which every sequence `b` reads again; the sum in
-# fp32, rounded to nearest into the storage type.
+# Which rows does the forward read, and how often? Every position reads one `wte` row and one `wpe` row.
+# A `wpe` row is read B times (once per sequence). A `wte` row is read as often as its token occurs, and
+# in real text that is far from once: in one GPT-2 micro-batch of the package's real token sample
+# (B = 8, T = 1024), the newline and space tokens' rows (ids 198 and 220) are read hundreds of times.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from gpt2enc_edu import tokens
+
+for seed in range(4):
+    reads = np.bincount(tokens.make_ids("real", 8, 1024, seed=seed).ravel())
+    top = np.argsort(-reads, kind="stable")[:3]
+    print(f"batch {seed}: {np.count_nonzero(reads):,} distinct wte rows for 8,192 positions; most read: "
+          + ", ".join(f"row {r} x {reads[r]}" for r in top))
+
+# %% [markdown]
+# Here is `kernels/encoder_forward.cu`, read from the file the package compiles. It holds three versions
+# of the kernel (section 7 times them); sections 2 and 3 described **version 2**, one thread per pack.
+# Things to notice: the thread map of section 2; the cache hints (`load128cs` is a *streaming*, "evict
+# first" load, for data that will not be read again; plain `load128` lets the line stay in L2, which suits
+# the `wpe` row every sequence reads and the frequent `wte` rows above); the sum in fp32, rounded to
+# nearest into the storage type.
 
 # %%
 display(Markdown(f"```cuda\n{kernel_source('encoder_forward.cu')}\n```"))
@@ -187,30 +206,79 @@ B, T, C, V = 8, 1024, 768, 50257
 problems = {name: random_problem(B, T, C, V, dtype=dtype, ids="real", rng=np.random.default_rng(1))
             for name, dtype in (("bf16", enc.bfloat16), ("fp32", np.float32))}
 outputs = {}
-for name, p in problems.items():
-    on = p.on(xp)
-    outputs[name] = enc.encoder_forward(on.inp, on.wte, on.wpe)
+for name, p in problems.items():  # no copies on the CPU (xp.asarray of a NumPy array is the array)
+    outputs[name] = enc.encoder_forward(xp.asarray(p.inp), xp.asarray(p.wte), xp.asarray(p.wpe))
 print(enc.last_backend())
 
 # %% [markdown]
 # The checks. `checksum` fingerprints the bits of each result; it is the same on the GPU and in the CPU
 # mirror (this cell's stored output comes from a GPU run, and the test suite re-runs it on a CPU).
 # `bitwise_equal` compares with the mirror directly (on a machine without a GPU that compares the mirror
-# with itself).
+# with itself). The float64 reference is computed on the rows the batch uses (`rows`, with the ids
+# renumbered into them): the whole table in float64 would be 300 MB and teach nothing more.
 
 # %%
 # NBVAL_CHECK_OUTPUT
 for name, p in problems.items():
-    ref = reference.forward(p.inp, p.wte, p.wpe)
-    magnitude = reference.forward(p.inp, np.abs(p.wte.astype(np.float64)), np.abs(p.wpe.astype(np.float64)))
+    rows, compact = np.unique(p.inp, return_inverse=True)
+    compact = compact.reshape(p.inp.shape)
+    ref = reference.forward(compact, p.wte[rows], p.wpe)
+    magnitude = reference.forward(compact, np.abs(p.wte[rows].astype(np.float64)), np.abs(p.wpe.astype(np.float64)))
     bound = compare.error_bound(p.dtype, magnitude, terms=1)
     print(f"{name}: checksum {compare.checksum(outputs[name])}, "
           f"within the bound of the float64 reference: {compare.within_bound(outputs[name], ref, bound)}, "
           f"bitwise equal to the NumPy mirror: {compare.bitwise_equal(outputs[name], enc.encoder_forward(p.inp, p.wte, p.wpe))}")
 
+# %% [markdown]
+# ## 6. llm.c does it this way
+#
+# This kernel grew from llm.c's `encoder_forward_kernel3` in
+# [`llmc/encoder.cuh`](https://github.com/karpathy/llm.c/blob/master/llmc/encoder.cuh): the same thread
+# map, the same 128-bit packs, the same fp32 add rounded to nearest. Two differences, and what follows:
+#
+# * **Cache hints.** llm.c loads *both* the `wte` and the `wpe` pack with `load128cs` (streaming, evict
+#   first). Version 2 here streams `wte` and caches `wpe`, which every sequence reads again; version 3
+#   loads each `wpe` pack once per thread and reuses it from registers for up to 8 sequences. The hint
+#   cannot change a result, only where lines live in L2.
+# * **The package's fastest forward is version 3** (section 7), a different thread map; llm.c's kernel is
+#   version 2.
+#
+# What follows from the same arithmetic: on the same inputs the outputs are **bitwise equal** to llm.c's
+# (0 of 50 million elements differ, B = 64, uniform and Zipf ids; H200, llm.c commit `f1e2ace6`). On that
+# run the package's forward took 57.9 µs against llm.c's 65.6 µs at B = 64 with uniform ids
+# (44.9 against 52.8 µs with Zipf ids). llm.c's forward needs only the ids on the GPU; its backward
+# also takes them on the host (notebook 03).
+#
+# ## 7. Three versions, measured
+#
+# In the style of llm.c's `dev/cuda/` files: the same operation written three times, each a small step
+# from the one before, each checked (bitwise equal to the mirror) and timed.
+#
+# * **version 1**: one element per thread, 2-byte loads and stores (bf16);
+# * **version 2**: one 128-bit pack per thread (sections 2-4; llm.c's kernel);
+# * **version 3**: one pack column of one position per thread, for up to 8 sequences: the `wpe` pack is
+#   loaded once, 8 `wte` loads are in flight at once.
+#
+# On a GPU the cell below measures them now (B = 8 and 64, real ids, median of repeated runs); on a CPU it
+# draws the numbers committed from a run on the project's H200 (`docs/walkthrough/forward_versions.json`).
+# The dashed line is the memory floor: the minimal bytes (notebook 05) over the measured copy rate.
+
+# %%
+from gpt2enc_edu.course import measured, timing_plots
+
+forward_times = measured.forward_versions(xp)
+print(forward_times["source"] if forward_times else "no GPU here and no committed numbers in docs/walkthrough/")
+ax = timing_plots.forward_versions(forward_times)
+
 
 # %% [markdown]
-# ## 6. Exercise 1: which thread writes `out[b, t, c]`?
+# *Figure: time per call of forward versions 1, 2 and 3 at two batch sizes, with the memory floor.*
+# Packs are not a style choice: version 1 issues eight times as many memory instructions for the same
+# bytes, and it shows. The step from version 2 to 3 is smaller: both move whole cache lines; version 3 keeps
+# more loads in flight per thread and reads `wpe` once.
+
+# %% [markdown]
+# ## 8. Exercise 1: which thread writes `out[b, t, c]`?
 #
 # Section 2 went from a thread to its elements. Go the other way: write `element_to_thread(b, t, c, T, C,
 # dtype)` that returns, for arrays `b`, `t`, `c` (NumPy or CuPy), the number of the thread that writes

@@ -18,7 +18,7 @@ from ..layout import pack_size
 DPI = 80
 
 
-def _axes(ax, figsize):
+def axes_or_new(ax, figsize):
     """``ax`` itself, or the Axes of a new figure of ``figsize`` inches."""
     if ax is not None:
         return ax
@@ -43,7 +43,7 @@ def thread_map(B: int, T: int, C: int, dtype, *, ax=None):
 
     threads = thread_of_element(B, T, C, dtype)
     size = pack_size(dtype)
-    ax = _axes(ax, (max(4.0, 0.42 * C), 0.5 * B * T + 1.0))
+    ax = axes_or_new(ax, (max(4.0, 0.42 * C), 0.5 * B * T + 1.0))
     cmap = plt.get_cmap("tab20", 20)
     ax.imshow(threads % 20, cmap=cmap, vmin=0, vmax=19, aspect="auto", interpolation="nearest")
     for row in range(B * T):
@@ -82,7 +82,7 @@ def ulp_histogram(diffs: Mapping[str, np.ndarray], *, limit: int | None = None, 
     lo = min(int(a.min(initial=0)) for a in arrays.values())
     hi = max(int(a.max(initial=0)) for a in arrays.values())
     bins = np.arange(lo - 0.5, hi + 1.5) if hi - lo <= 200 else np.linspace(lo - 0.5, hi + 0.5, 202)
-    ax = _axes(ax, (6.0, 3.2))
+    ax = axes_or_new(ax, (6.0, 3.2))
     for label, values in arrays.items():
         nonzero = int(np.count_nonzero(values))
         ax.hist(values, bins=bins, histtype="step", linewidth=1.5,
@@ -111,7 +111,7 @@ def bucket_rank_size(sizes: Mapping[str, np.ndarray], *, ax=None, title: str | N
     """Log-log plot of bucket size against rank (1 = largest), one line per label."""
     if not sizes:
         raise ValueError("sizes must hold at least one array")
-    ax = _axes(ax, (5.5, 3.5))
+    ax = axes_or_new(ax, (5.5, 3.5))
     for label, values in sizes.items():
         values = np.sort(np.asarray(values).reshape(-1))[::-1]
         ax.loglog(np.arange(1, values.size + 1), values, marker=".", markersize=3, linewidth=1,
@@ -134,7 +134,7 @@ def gantt(schedule, *, ax=None, title: str | None = None, vmax: float | None = N
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
 
-    ax = _axes(ax, (6.0, 0.35 * schedule.num_slots + 1.2))
+    ax = axes_or_new(ax, (6.0, 0.35 * schedule.num_slots + 1.2))
     cmap = plt.get_cmap("viridis")
     vmax = float(schedule.costs.max(initial=1.0)) if vmax is None else vmax
     for s in range(schedule.num_slots):
@@ -194,7 +194,7 @@ def chunk_units(table, *, chunk: int = 32, top: int = 12, ax=None, title: str | 
     chunked kernel's with the longest chunk."""
     sizes = np.asarray(table.sizes)[np.asarray(table.c_groups) == 0][:top]
     tokens = np.asarray(table.token_ids)[np.asarray(table.c_groups) == 0][:top]
-    ax = _axes(ax, (7.0, 0.3 * len(sizes) + 1.4))
+    ax = axes_or_new(ax, (7.0, 0.3 * len(sizes) + 1.4))
     import matplotlib.pyplot as plt
 
     colors = plt.get_cmap("tab10")
@@ -217,7 +217,7 @@ def error_vs_adds(adds, errors: Mapping[str, np.ndarray], *, ax=None, title: str
     """Scatter of one error value per row (e.g. the median |ULP error| of a dwte row) against the number
     of adds the row received, one colour per label, log-scaled adds."""
     adds = np.asarray(adds, dtype=np.float64).reshape(-1)
-    ax = _axes(ax, (6.0, 3.5))
+    ax = axes_or_new(ax, (6.0, 3.5))
     for label, values in errors.items():
         values = np.asarray(values, dtype=np.float64).reshape(-1)
         if values.shape != adds.shape:
@@ -235,7 +235,7 @@ def error_vs_adds(adds, errors: Mapping[str, np.ndarray], *, ax=None, title: str
 def rounding_drift(curves: Mapping[str, np.ndarray], *, exact=None, ax=None, title: str | None = None):
     """Value against step for several accumulations. A 2-D curve (runs, steps) draws each run thinly
     and its mean boldly; ``exact`` (a 1-D array) is drawn dashed."""
-    ax = _axes(ax, (6.0, 3.5))
+    ax = axes_or_new(ax, (6.0, 3.5))
     for label, values in curves.items():
         values = np.asarray(values, dtype=np.float64)
         if values.ndim == 1:
@@ -286,7 +286,7 @@ def round_up_probability(fraction, observed, *, ax=None, title: str | None = Non
     observed = np.asarray(observed, dtype=np.float64)
     if fraction.shape != observed.shape:
         raise ValueError(f"fraction and observed must have one shape, got {fraction.shape} and {observed.shape}")
-    ax = _axes(ax, (4.2, 3.6))
+    ax = axes_or_new(ax, (4.2, 3.6))
     ax.plot([0, 1], [0, 1], "k--", linewidth=1, label="ideal: P(up) = fraction")
     ax.plot(fraction, observed, "o", markersize=4, label="observed")
     ax.set_xlabel("position between the two bf16 neighbours")

@@ -1,0 +1,172 @@
+"""Timings the notebooks plot: measured now on a GPU, or read from a committed H200 run on a CPU.
+
+Each function returns a plain dict with a ``"source"`` sentence that says which of the two it is, so a
+notebook never passes off old numbers as live ones. The committed files live in ``docs/walkthrough/`` of
+the repository (``COMMITTED``); ``python -m gpt2enc_edu.course.measured --out DIR`` on a GPU writes them.
+
+* ``forward_versions``: versions 1, 2 and 3 of the forward kernel (``cuda.encoder_forward_version``) at
+  a few batch sizes, with the memory floor (minimal bytes over a device copy rate measured in the same run);
+* ``bucketing_phases``: the GPU bucketing kernel's cost split by phase at B=1
+  (``gpu_buckets.phase_times_us``), next to the whole kernel.
+
+Timing: CUDA events around each call, median of ``repeats``; before every repeat a buffer of twice the L2
+size is overwritten so that inputs come from HBM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .. import gpu_buckets
+from ..rounding import bfloat16
+from ..tokens import make_ids
+
+#: Where the committed H200 numbers live in a checkout.
+COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "walkthrough"
+T, C, V = 1024, 768, 50257
+FORWARD_BATCHES = (8, 64)
+
+
+def _committed(name: str) -> dict | None:
+    path = COMMITTED / name
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    data["source"] = (f"committed numbers from {data.get('device', 'a GPU')} ({data.get('date', '?')}), "
+                      f"docs/walkthrough/{name}: no GPU here")
+    return data
+
+
+def _is_cupy(xp) -> bool:
+    return xp is not np and xp.__name__ == "cupy"
+
+
+def _timer(cupy, repeats: int):
+    """``time(fn) -> median microseconds`` with an L2 flush before every repeat."""
+    l2 = cupy.cuda.Device().attributes.get("L2CacheSize", 64 << 20)
+    flush = cupy.empty(2 * l2, dtype=cupy.uint8)
+    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+
+    def time(fn) -> float:
+        fn()  # compile and warm up
+        samples = []
+        for _ in range(repeats):
+            flush.fill(1)
+            start.record()
+            fn()
+            stop.record()
+            stop.synchronize()
+            samples.append(cupy.cuda.get_elapsed_time(start, stop) * 1e3)
+        return float(np.median(samples))
+
+    return time
+
+
+def copy_rate(cupy, nbytes: int = 256 << 20, repeats: int = 20) -> float:
+    """Device-to-device copy rate in bytes (read + written) per second."""
+    src = cupy.ones(nbytes, dtype=cupy.uint8)
+    dst = cupy.empty_like(src)
+    us = _timer(cupy, repeats)(lambda: dst.__setitem__(Ellipsis, src))
+    return 2 * nbytes / (us * 1e-6)
+
+
+def forward_floor_bytes(inp, C: int, itemsize: int) -> int:
+    """Minimal bytes of the forward: write out, read each distinct wte row once, the T wpe rows, the ids."""
+    inp = np.asarray(inp)
+    B, T = inp.shape
+    return (B * T * C + np.unique(inp).size * C + T * C) * itemsize + inp.size * 4
+
+
+def measure_forward_versions(cupy, batches=FORWARD_BATCHES, repeats: int = 50) -> dict:
+    """Time every forward version that ``cuda`` has, bf16, real ids; checks each result against version 3."""
+    from .. import cuda
+
+    rate = copy_rate(cupy)
+    time = _timer(cupy, repeats)
+    rng = np.random.default_rng(0)
+    wte = cupy.asarray(rng.standard_normal((V, C), dtype=np.float32).astype(bfloat16))
+    wpe = cupy.asarray(rng.standard_normal((T, C), dtype=np.float32).astype(bfloat16))
+    versions = [v for v in (1, 2, 3) if hasattr(cuda, "encoder_forward_version")] or [3]
+    rows = []
+    for B in batches:
+        ids = make_ids("real", B, T, seed=B)
+        inp = cupy.asarray(ids)
+        want = cupy.empty((B, T, C), dtype=wte.dtype)
+        cuda.encoder_forward(want, inp, wte, wpe, B, T, C)
+        for version in versions:
+            out = cupy.empty_like(want)
+
+            def call(version=version, out=out):
+                if hasattr(cuda, "encoder_forward_version"):
+                    cuda.encoder_forward_version(version, out, inp, wte, wpe, B, T, C)
+                else:
+                    cuda.encoder_forward(out, inp, wte, wpe, B, T, C)
+
+            us = time(call)
+            same = bool((out.view(cupy.uint16) == want.view(cupy.uint16)).all())
+            rows.append({"version": version, "B": B, "median_us": us, "bitwise_equal_to_v3": same,
+                         "floor_us": forward_floor_bytes(ids, C, 2) / rate * 1e6})
+    return {"T": T, "C": C, "V": V, "dtype": "bf16", "ids": "real", "copy_rate_GBps": rate / 1e9,
+            "repeats": repeats, "rows": rows}
+
+
+def measure_bucketing_phases(cupy, B: int = 1, repeats: int = 50) -> dict:
+    """The GPU bucketing kernel at batch ``B``: the whole kernel, and per phase where the package can say."""
+    inp = cupy.asarray(make_ids("real", B, T, seed=0))
+    time = _timer(cupy, repeats)
+    whole = time(lambda: gpu_buckets.build_bucket_table_gpu(inp, C, bfloat16, V))
+    phases = None
+    if hasattr(gpu_buckets, "phase_times_us"):
+        phases = {str(k): float(v) for k, v in dict(gpu_buckets.phase_times_us(inp, C, bfloat16, V)).items()}
+    return {"B": B, "T": T, "C": C, "V": V, "ids": "real", "whole_us": whole, "phases_us": phases,
+            "repeats": repeats}
+
+
+def _device_meta(cupy) -> dict:
+    import datetime
+
+    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    return {"device": name, "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")}
+
+
+def forward_versions(xp) -> dict | None:
+    """Live on a GPU (``xp`` is CuPy), else the committed H200 numbers (``None`` if there are none)."""
+    if _is_cupy(xp):
+        data = {**_device_meta(xp), **measure_forward_versions(xp)}
+        data["source"] = f"measured now on this GPU ({data['device']})"
+        return data
+    return _committed("forward_versions.json")
+
+
+def bucketing_phases(xp) -> dict | None:
+    """Live on a GPU, else the committed H200 numbers (``None`` if there are none)."""
+    if _is_cupy(xp):
+        data = {**_device_meta(xp), **measure_bucketing_phases(xp)}
+        data["source"] = f"measured now on this GPU ({data['device']})"
+        return data
+    return _committed("bucketing_phases.json")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="Measure the walkthrough's committed numbers (needs a GPU).")
+    parser.add_argument("--out", type=Path, default=COMMITTED)
+    args = parser.parse_args(argv)
+    import cupy
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    meta = {**_device_meta(cupy), "command": "python -m gpt2enc_edu.course.measured"}
+    for name, measure in (("forward_versions.json", measure_forward_versions),
+                          ("bucketing_phases.json", measure_bucketing_phases)):
+        data = {**meta, **measure(cupy)}
+        (args.out / name).write_text(json.dumps(data, indent=1) + "\n")
+        print(name, json.dumps(data))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

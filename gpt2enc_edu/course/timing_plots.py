@@ -1,0 +1,117 @@
+"""Plots of measured times for notebooks 01, 05 and 06: each takes the numbers (``course.measured`` dicts or
+the benchmark's result rows) and only draws. Every figure says in its title where the numbers come from.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .plots import DPI, axes_or_new
+
+KIND_STYLE = {"uniform": ":", "zipf": "--", "real": "-"}
+
+
+def forward_versions(data: dict | None, *, ax=None):
+    """Bars: median time of each forward version per batch size, the memory floor as a dashed line."""
+    ax = axes_or_new(ax, (6.0, 3.4))
+    if not data:
+        ax.text(0.5, 0.5, "no measurements: no GPU and no committed numbers", ha="center", transform=ax.transAxes)
+        return ax
+    rows = data["rows"]
+    batches = sorted({r["B"] for r in rows})
+    versions = sorted({r["version"] for r in rows})
+    width = 0.8 / len(versions)
+    for i, version in enumerate(versions):
+        times = [next((r["median_us"] for r in rows if r["B"] == B and r["version"] == version), np.nan)
+                 for B in batches]
+        bars = ax.bar(np.arange(len(batches)) + (i - (len(versions) - 1) / 2) * width, times, width,
+                      label=f"version {version}")
+        ax.bar_label(bars, fmt="%.0f", fontsize=7)
+    for j, B in enumerate(batches):
+        floor = next(r["floor_us"] for r in rows if r["B"] == B)
+        ax.hlines(floor, j - 0.45, j + 0.45, colors="black", linestyles="--", linewidth=1,
+                  label="memory floor" if j == 0 else None)
+    ax.set_xticks(range(len(batches)), [f"B={B}" for B in batches])
+    ax.set_yscale("log")
+    ax.set_ylabel("time per call (µs, log)")
+    ax.set_title(f"forward versions, T={data['T']}, C={data['C']}, bf16, {data['ids']} ids ({data['device']})",
+                 fontsize=9)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def bucketing_phases(data: dict | None, *, ax=None):
+    """Horizontal bars: the GPU bucketing kernel's cost per phase at one batch size, and the whole kernel."""
+    ax = axes_or_new(ax, (6.5, 3.2))
+    if not data:
+        ax.text(0.5, 0.5, "no measurements: no GPU and no committed numbers", ha="center", transform=ax.transAxes)
+        return ax
+    phases = data.get("phases_us") or {}
+    labels = [*phases, "whole kernel"]
+    values = [*phases.values(), data["whole_us"]]
+    bars = ax.barh(range(len(labels)), values, color=["tab:blue"] * len(phases) + ["tab:gray"])
+    ax.bar_label(bars, fmt="%.1f µs", fontsize=7, padding=2)
+    ax.set_yticks(range(len(labels)), labels, fontsize=8)
+    ax.set_ylim(len(labels) - 0.5, -0.5)
+    ax.set_xlim(0, max(values) * 1.25)
+    ax.set_xlabel("µs")
+    ax.set_title(f"GPU bucketing at B={data['B']}, T={data['T']} ({data['device']})", fontsize=9)
+    return ax
+
+
+def _series(rows, case: str, kind: str):
+    picked = sorted((r for r in rows if r["case"] == case and r["ids"] == kind), key=lambda r: int(r["B"]))
+    return [int(r["B"]) for r in picked], [float(r["median_us"]) for r in picked]
+
+
+def skew_vs_time(rows, cases: dict[str, str], *, kinds=("uniform", "zipf", "real"), title: str | None = None):
+    """One panel per case (``{case name: label}``), time against B, one line per id kind (few lines each)."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(cases), figsize=(4.2 * len(cases), 3.4), dpi=DPI, sharey=True,
+                             layout="constrained", squeeze=False)
+    for ax, (case, label) in zip(axes[0], cases.items()):
+        for kind in kinds:
+            B, us = _series(rows, case, kind)
+            if B:
+                ax.plot(B, us, KIND_STYLE.get(kind, "-"), marker="o", markersize=3, label=f"{kind} ids")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("batch size B")
+        ax.set_title(label, fontsize=9)
+        ax.grid(alpha=0.3, which="both")
+    axes[0, 0].set_ylabel("time per call (µs)")
+    axes[0, -1].legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def sweep(rows, groups: dict[str, dict[str, str]], *, floor_op: dict[str, str] | None = None, kind: str = "real",
+          title: str | None = None):
+    """Time against B for one id kind: one panel per group (``{panel title: {case: label}}``), at most a few
+    cases each; the memory floor of the panel's operation (black, dashed) when ``floor_op`` names it."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.6 * len(groups), 3.6), dpi=DPI, sharey=True,
+                             layout="constrained", squeeze=False)
+    for ax, (panel, cases) in zip(axes[0], groups.items()):
+        for case, label in cases.items():
+            B, us = _series(rows, case, kind)
+            if B:
+                ax.plot(B, us, marker="o", markersize=3, label=label)
+        op = (floor_op or {}).get(panel)
+        floor = sorted((r for r in rows if r["op"] == op and r["ids"] == kind), key=lambda r: int(r["B"]))
+        if op and floor:
+            by_b = {int(r["B"]): float(r["floor_us"]) for r in floor}
+            ax.plot(list(by_b), list(by_b.values()), "k--", linewidth=1.2, label="memory floor")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("batch size B")
+        ax.set_title(panel, fontsize=9)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+    axes[0, 0].set_ylabel("time per call (µs)")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
