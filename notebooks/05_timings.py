@@ -68,7 +68,7 @@ from gpt2enc_edu.tokens import make_ids
 # %% [markdown]
 # ## What is timed, and what the floor is
 #
-# Each *case* is a named function in `gpt2enc_edu/bench.py` that prepares one call; the timer then runs
+# Each *case* is a named function in `gpt2enc_edu/bench/cases.py` that prepares one call; the timer then runs
 # it many times. Before every repeat the timer writes a buffer twice the size of the GPU's L2 cache, so
 # the inputs come from HBM as they would in training, and queues a short spin kernel so that the CUDA
 # events time the GPU's work rather than Python's launch overhead. We report the median and the 10th and
