@@ -91,10 +91,13 @@ def breakdown_markdown(rows, kind: str) -> list[str]:
 
     if not any(get("gpu_buckets", B) for B in batch_sizes):
         return []
-    columns = ("forward_kernel", "wpe_kernel", "gpu_buckets", "wte_bucketed_kernel", "wte_chunked_kernel")
+    columns = {"forward_kernel": "forward kernel", "wpe_kernel": "wpe kernel", "gpu_buckets": "bucket table",
+               "wte_bucketed_kernel": "wte kernel, bucketed", "wte_chunked_kernel": "wte kernel, chunked"}
     present = [c for c in columns if any(get(c, B) for B in batch_sizes)]
     lines = [f"### Where the time goes, {KIND_TITLES.get(kind, kind)}", "",
-             "| B | " + " | ".join(CASES_BY_NAME[c].label for c in present)
+             "Each kernel alone (the wte kernels with the table ready), the whole deterministic backward, and the "
+             "bucket table's share of it.", "",
+             "| B | " + " | ".join(columns[c] for c in present)
              + " | wpe + table + chunked wte | chunked backward | table share | bucketed backward | table share |",
              "|---|" + "---|" * (len(present) + 5)]
     for B in batch_sizes:
