@@ -105,5 +105,5 @@ def fill(exercise: str, body: str) -> str:
         return body
     gap = skeleton(exercise)
     start = gap.index(GAP_MARK)
-    end = gap.index("}", start)
+    end = gap.index("\n}", start) + 1  # the kernel's closing brace (the notes may hold braces too)
     return gap[:start] + body.strip("\n").lstrip() + "\n" + gap[end:]

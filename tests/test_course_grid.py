@@ -1,0 +1,130 @@
+"""The per-thread emulator keeps the CUDA semantics the encoder kernels rely on, and reports their misuse."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpt2enc_edu.course import grid
+
+
+def test_blocks_and_threads_see_their_indices():
+    seen = np.full(3 * 5, -1)
+
+    def kernel(cuda, out):
+        out[cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x] = cuda.gridDim.x * 100 + cuda.blockIdx.x
+
+    grid.launch(kernel, 3, 5, (seen,))
+    assert seen.tolist() == [300 + b for b in range(3) for _ in range(5)]
+
+
+def test_shared_memory_is_per_block_and_the_barrier_orders_it():
+    out = np.zeros(2 * 64, dtype=np.float32)
+
+    def kernel(cuda, out):
+        tile = cuda.shared_array("tile", 64, np.float32)
+        tile[cuda.threadIdx.x] = cuda.blockIdx.x * 1000 + cuda.threadIdx.x
+        yield cuda.syncthreads()
+        out[cuda.blockIdx.x * 64 + cuda.threadIdx.x] = tile[63 - cuda.threadIdx.x]  # another thread's write
+
+    for _ in range(3):
+        grid.launch(kernel, 2, 64, (out,))
+        assert out.tolist() == [b * 1000 + 63 - t for b in range(2) for t in range(64)]
+
+
+def test_reading_another_threads_write_without_a_barrier_is_caught_by_the_random_order():
+    out = np.zeros(64, dtype=np.float32)
+
+    def racy(cuda, out):
+        tile = cuda.shared_array("tile", 64, np.float32)
+        tile[cuda.threadIdx.x] = cuda.threadIdx.x
+        out[cuda.threadIdx.x] = tile[63 - cuda.threadIdx.x]  # no barrier: unwritten slots are NaN
+
+    grid.launch(racy, 1, 64, (out,), rng=np.random.default_rng(0))
+    assert np.isnan(out).any()
+
+
+def test_a_thread_that_returns_before_the_barrier_is_a_hazard():
+    def early_exit(cuda, out):
+        if cuda.threadIdx.x >= 40:
+            return  # the bug the bucketed kernel avoids: these threads never reach the barrier
+        yield cuda.syncthreads()
+        out[cuda.threadIdx.x] = 1
+
+    with pytest.raises(grid.BarrierHazard, match=r"threads 0-39 wait at __syncthreads, but threads 40-63 returned"):
+        grid.launch(early_exit, 1, 64, (np.zeros(64),))
+
+
+def test_a_whole_block_may_leave_together():
+    def uniform_exit(cuda, out):
+        if cuda.blockIdx.x == 1:
+            return
+        yield cuda.syncthreads()
+        out[cuda.threadIdx.x] += 1
+
+    out = np.zeros(32)
+    grid.launch(uniform_exit, 2, 32, (out,))
+    assert out.tolist() == [1] * 32
+
+
+def test_syncthreads_without_yield_is_reported():
+    def forgot_yield(cuda, out):
+        cuda.syncthreads()
+        out[cuda.threadIdx.x] = 1
+
+    with pytest.raises(grid.KernelFault, match="yield"):
+        grid.launch(forgot_yield, 1, 4, (np.zeros(4),))
+
+
+def test_shuffles_exchange_within_each_warp():
+    out = np.zeros(64, dtype=np.int64)
+
+    def rotate(cuda, out):
+        lane = cuda.threadIdx.x % 32
+        value = yield cuda.shfl_sync(cuda.threadIdx.x * 10, lane + 1)
+        out[cuda.threadIdx.x] = value
+
+    grid.launch(rotate, 1, 64, (out,))
+    assert out.tolist() == [10 * (w * 32 + (lane + 1) % 32) for w in range(2) for lane in range(32)]
+
+
+def test_a_lane_missing_from_a_shuffle_is_a_hazard():
+    def partial(cuda, out):
+        if cuda.threadIdx.x % 32 == 5:
+            return
+        out[cuda.threadIdx.x] = yield cuda.shfl_sync(1, 0)
+
+    with pytest.raises(grid.BarrierHazard, match="__shfl_sync"):
+        grid.launch(partial, 1, 32, (np.zeros(32),))
+
+
+def test_atomic_adds_land_in_an_order_that_changes_between_launches():
+    values = np.float32([1.0, 2.0**-24, -1.0, 2.0**-24, 3.0, -3.0] * 20)
+
+    def adder(cuda, total, values):
+        cuda.atomic_add(total, 0, values[cuda.threadIdx.x])
+
+    results = set()
+    for _ in range(20):
+        total = np.zeros(1, dtype=np.float32)
+        grid.launch(adder, 1, values.size, (grid.read_only(total), values))
+        results.add(float(total[0]))
+    assert len(results) > 1  # fp32 addition is not associative, and the order moved
+
+
+def test_plain_writes_into_an_atomics_only_array_are_reported():
+    def not_atomic(cuda, total):
+        total[0] += 1.0
+
+    with pytest.raises(grid.KernelFault, match="atomic_add"):
+        grid.launch(not_atomic, 1, 4, (grid.read_only(np.zeros(1, dtype=np.float32)),))
+
+
+def test_loads_and_stores_past_the_end_or_misaligned_are_faults():
+    a = np.zeros(16, dtype=np.float32)
+    with pytest.raises(grid.KernelFault, match="elements 16..19"):
+        grid.load128(a, 16)
+    with pytest.raises(grid.KernelFault, match="misaligned"):
+        grid.store128(a, 2, np.zeros(4, dtype=np.float32))
+    with pytest.raises(grid.KernelFault):
+        grid.launch(lambda cuda: None, 1, 2048, ())
