@@ -54,6 +54,7 @@ except ImportError:
 # and the same float32 operations, in the same order). `GPT2ENC_BACKEND=numpy` forces the mirror.
 
 # %%
+import dataclasses
 import inspect
 
 import numpy as np
@@ -203,8 +204,10 @@ display(Markdown(f"```python\n{inspect.getsource(mirror.encoder_forward)}\n```")
 
 # %%
 B, T, C, V = 8, 1024, 768, 50257
-problems = {name: random_problem(B, T, C, V, dtype=dtype, ids="real", rng=np.random.default_rng(1))
-            for name, dtype in (("bf16", enc.bfloat16), ("fp32", np.float32))}
+problems = {}
+for name, dtype in (("bf16", enc.bfloat16), ("fp32", np.float32)):  # the forward needs no gradients: drop them
+    p = random_problem(B, T, C, V, dtype=dtype, ids="real", rng=np.random.default_rng(1))
+    problems[name] = dataclasses.replace(p, dout=None, dwte=None, dwpe=None)
 outputs = {}
 for name, p in problems.items():  # no copies on the CPU (xp.asarray of a NumPy array is the array)
     outputs[name] = enc.encoder_forward(xp.asarray(p.inp), xp.asarray(p.wte), xp.asarray(p.wpe))
