@@ -1,6 +1,6 @@
 """Worked solutions to the exercises of notebooks 01-05 (try them first!).
 
-Each function can be handed to its check in ``gpt2enc_edu.exercises``::
+Each function can be handed to its check in ``gpt2enc_edu.course.exercises``::
 
     from gpt2enc_edu.course import exercises
     import solutions.exercises as solutions  # from the repository root
@@ -33,10 +33,11 @@ def element_to_thread(b, t, c, T: int, C: int, dtype):
 
 
 def rows_that_can_differ(inp, V: int):
-    """Exercise 2: the dwte rows that receive two or more adds: only there can the order of the atomic adds
-    change the rounding (``old + a`` has one order; ``(old + a) + b`` and ``(old + b) + a`` may differ)."""
+    """Exercise 2: with dwte starting at zero, a row that receives one add has one result, and so does a row
+    with two: ``(0 + a) + b == (0 + b) + a`` (addition is commutative, and ``0 + a`` is exactly ``a``). From
+    three adds on the order shows: ``(a + b) + c`` and ``(a + c) + b`` may round differently."""
     xp = _xp(inp)
-    return xp.bincount(inp.reshape(-1), minlength=V) >= 2
+    return xp.bincount(inp.reshape(-1), minlength=V) >= 3
 
 
 def locate(table, inp, b: int, t: int, c: int):

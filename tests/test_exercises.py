@@ -1,12 +1,23 @@
-"""Every exercise check accepts its worked solution, reports an open stub as not done, and rejects a wrong answer."""
+"""Every exercise check accepts its worked solution, reports an open stub as not done, and rejects wrong answers,
+including the known ways to fool a checker: near misses, floats where integers belong, answers replayed from an
+earlier run (a hard-coded table), and the back doors the package used to leave open."""
 
 from __future__ import annotations
+
+import importlib
+import inspect
+import re
 
 import numpy as np
 import pytest
 
 import solutions.exercises as solutions
 from gpt2enc_edu.course import exercises
+
+
+def _np(x):
+    return np.asarray(x.get() if hasattr(x, "get") else x)
+
 
 # (exercise number, check, solution, a wrong answer, whether the check takes xp)
 CASES = [
@@ -20,8 +31,7 @@ CASES = [
                  lambda x: solutions.away_from_zero_probability(x) * 0 + 0.5, True, id="ex4"),
     pytest.param(5, exercises.check_backward_bytes, solutions.backward_bytes,  # dwte rows counted once only
                  lambda inp, C, itemsize: solutions.backward_bytes(inp, C, itemsize)
-                 - int(np.unique(np.asarray(inp.get() if hasattr(inp, "get") else inp)).size) * C * itemsize,
-                 True, id="ex5"),
+                 - int(np.unique(_np(inp)).size) * C * itemsize, True, id="ex5"),
 ]
 
 
@@ -45,9 +55,6 @@ def test_open_stub_is_reported_not_done(xp, capsys, number, check, solution, wro
     out = capsys.readouterr().out
     assert f"Exercise {number}" in out and "not done yet" in out
     assert exercises.EXERCISES[number].hint in out
-    # The stub itself still fails loudly when called directly.
-    with pytest.raises(NotImplementedError):
-        stub()
 
 
 @pytest.mark.parametrize("number, check, solution, wrong, takes_xp", CASES)
@@ -65,15 +72,78 @@ def test_a_learners_own_bug_is_not_hidden(xp, number, check, solution, wrong, ta
         _run(check, buggy, takes_xp, xp)
 
 
-def test_not_done_helper_makes_a_stub_error(capsys):
-    error = exercises.EXERCISES[3].not_done()
-    assert isinstance(error, NotImplementedError) and "Exercise 3" in str(error)
+@pytest.mark.parametrize("number, check, solution, wrong, takes_xp", CASES)
+def test_answers_replayed_from_an_earlier_check_are_rejected(number, check, solution, wrong, takes_xp):
+    """A hard-coded table: answers recorded while the solution passed one check, played back in the next."""
+    recorded = []
 
-    def stub(table, inp, b, t, c):
-        raise exercises.EXERCISES[3].not_done()
+    def recorder(*args):
+        recorded.append(solution(*args))
+        return recorded[-1]
 
-    assert exercises.check_locate(stub) is False
-    assert "not done yet" in capsys.readouterr().out
+    assert _run(check, recorder, takes_xp, np)
+    replay = iter(list(recorded))
+    with pytest.raises(exercises.ExerciseError, match=f"Exercise {number}"):
+        _run(check, lambda *args: next(replay), takes_xp, np)
+
+
+# ------------------------------------------------------------------------------------------------------
+# Near misses and loose types.
+NEAR_MISSES_4 = {
+    "8-bit precision": lambda x: np.floor(solutions.away_from_zero_probability(x) * 256) / 256,
+    "rounded to 2 decimals": lambda x: np.round(solutions.away_from_zero_probability(x), 2),
+    "off by 200/65536 where inexact": lambda x: (lambda p: np.where(p > 0, np.minimum(p + 200 / 65536, 1.0), p))(
+        solutions.away_from_zero_probability(x)),
+    "float32 sums of halves": lambda x: (solutions.away_from_zero_probability(x) + 1e-7).astype(np.float32),
+    "integer numerators": lambda x: (_np(x).view(np.uint32) & 0xFFFF),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NEAR_MISSES_4))
+def test_probability_near_misses_are_rejected(name):
+    with pytest.raises(exercises.ExerciseError, match="Exercise 4"):
+        exercises.check_away_from_zero_probability(NEAR_MISSES_4[name], xp=np)
+
+
+@pytest.mark.parametrize("fake", [
+    pytest.param(lambda n: n + 0.9, id="plus-0.9"),
+    pytest.param(lambda n: float(n), id="float"),
+    pytest.param(lambda n: str(n), id="string"),
+    pytest.param(lambda n: np.float64(n), id="numpy-float"),
+])
+def test_byte_counts_must_be_integers(fake):
+    with pytest.raises(exercises.ExerciseError, match="must be an integer"):
+        exercises.check_backward_bytes(lambda inp, C, itemsize: fake(solutions.backward_bytes(inp, C, itemsize)),
+                                       xp=np)
+    assert exercises.check_backward_bytes(lambda *a: np.int64(solutions.backward_bytes(*a)), xp=np)
+
+
+@pytest.mark.parametrize("fake", [
+    pytest.param(lambda bucket, item: (float(bucket), float(item)), id="floats"),
+    pytest.param(lambda bucket, item: (bucket, item + 0.0), id="float-item"),
+    pytest.param(lambda bucket, item: (bucket == bucket, item), id="bool"),
+])
+def test_bucket_indices_must_be_integers(fake):
+    with pytest.raises(exercises.ExerciseError, match="must be an integer"):
+        exercises.check_locate(lambda *args: fake(*solutions.locate(*args)))
+
+
+def test_exercise_2_counts_two_adds_from_zero_as_deterministic():
+    with pytest.raises(exercises.ExerciseError, match="occurs 2 times .* cannot change"):
+        exercises.check_rows_that_can_differ(lambda inp, V: np.bincount(_np(inp).ravel(), minlength=V) >= 2, xp=np)
+    assert "starting at zero" in exercises.EXERCISES[2].title
+
+
+# ------------------------------------------------------------------------------------------------------
+# Back doors.
+def test_no_answers_behind_the_package():
+    with pytest.raises(ImportError):
+        importlib.import_module("gpt2enc_edu.solutions")
+    assert not hasattr(exercises, "_where_each_item_is")
+    source = inspect.getsource(exercises)
+    assert not re.search(r"default_rng\(\s*\d", source), "a fixed seed in the checker lets answers be precomputed"
+    for hint in (e.hint for e in exercises.EXERCISES.values()):
+        assert "bincount" not in hint and "0xFFFF" not in hint and "unique" not in hint
 
 
 def test_wrong_shapes_are_explained():
@@ -91,6 +161,6 @@ def test_every_exercise_has_a_check_and_a_solution():
     assert sorted(exercises.EXERCISES) == [1, 2, 3, 4, 5]
     names = {1: "element_to_thread", 2: "rows_that_can_differ", 3: "locate", 4: "away_from_zero_probability",
              5: "backward_bytes"}
-    for number, name in names.items():
+    for name in names.values():
         assert callable(getattr(solutions, name))
         assert callable(getattr(exercises, f"check_{name}"))
