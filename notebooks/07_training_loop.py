@@ -1,0 +1,244 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 07 · In a training loop: bitwise-identical losses
+#
+# **Goal:** use the encoder kernels from PyTorch (`gpt2enc_edu.torch`) inside a small GPT-2-shaped model,
+# train it for a few dozen steps on real GPT-2 tokens, and check llm.c's strongest test of determinism:
+# two runs give the **same bits** for every loss and every final weight. Then swap in the atomic backward
+# (the runs part after a few steps) and PyTorch's own `nn.Embedding`, with and without
+# `torch.use_deterministic_algorithms(True)`.
+#
+# 0. Setup · 1. The adapter · 2. The model · 3. Two runs, same bits · 4. Atomics part ·
+# 5. PyTorch's `nn.Embedding` · 6. What made the rest deterministic · 7. Exercise
+#
+# Needs PyTorch. Without it, the cells below say so and skip their work.
+
+# %%
+# 0. Setup: make `import gpt2enc_edu` work. Installed: nothing to do. In a checkout: put it on sys.path.
+# On Colab or Kaggle: install the package (from a clone, else from GitHub) and the CuPy for the runtime's CUDA.
+import os, subprocess, sys
+from pathlib import Path
+
+REPO = "OWNER/gpt2enc-edu"  # the GitHub repository hosted runtimes install from (placeholder; course/hosted.py)
+HOSTED = "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ or "KAGGLE_KERNEL_RUN_TYPE" in os.environ
+try:
+    import gpt2enc_edu
+except ImportError:
+    here = Path.cwd()
+    roots = [d for d in (here.parent, here, *sorted(here.glob("*/"))) if (d / "gpt2enc_edu" / "__init__.py").is_file()]
+    if roots:
+        sys.path.insert(0, str(roots[0]))
+    if HOSTED:
+        target = f"{roots[0]}[notebooks]" if roots else f"gpt2enc-edu[notebooks] @ git+https://github.com/{REPO}"
+        subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", target])
+    elif not roots:
+        raise
+    import gpt2enc_edu
+if HOSTED:
+    from gpt2enc_edu.course import hosted
+    print(hosted.ensure_cupy())
+enc = gpt2enc_edu
+
+# %%
+# cuBLAS picks its reduction order by workspace: a fixed workspace makes matmuls reproducible. It must be set
+# before CUDA starts, so before torch touches the GPU.
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+try:
+    import torch
+except ImportError:
+    torch = None
+
+if torch is None:
+    print("PyTorch is not installed: this notebook needs it (pip install torch). The cells below skip their work.")
+else:
+    from gpt2enc_edu import torch as enc_torch
+    from gpt2enc_edu.course import training
+
+    DEVICE = torch.device("cuda" if torch.cuda.is_available() and enc.gpu_status().name == "cuda" else "cpu")
+    CFG = training.GPU_CONFIG if DEVICE.type == "cuda" else training.CPU_CONFIG
+    if DEVICE.type == "cpu":
+        torch.set_num_threads(1)  # small matrices: one thread beats threads fighting over a busy machine's cores
+    print(f"torch {torch.__version__}; the encoder runs on {DEVICE} ({enc.gpu_status()})")
+    print(CFG)
+
+# %% [markdown]
+# ## 1. The adapter
+#
+# `gpt2enc_edu.torch.encoder(ids, wte, wpe, method=...)` is an `autograd.Function`; `GPT2Embedding` is the
+# `nn.Module` around it, with parameters `wte` (V, C) and `wpe` (maxT, C). On CUDA tensors it runs the
+# kernels of notebooks 01-04 on torch's current stream, with no copies (the tensors are viewed as CuPy arrays
+# through DLPack); on CPU tensors it runs the NumPy mirror (the same bits). `int64` ids are range-checked and
+# converted to `int32`.
+#
+# Its backward returns fresh gradients and lets autograd add them into `.grad`, exactly as for
+# `nn.Embedding`, so a tied LM head and gradient accumulation just work. Every backward draws a new
+# stochastic-rounding seed from a `torch.Generator`: seed the generator, and the seeds repeat.
+#
+# First, the adapter against the package's own calls, on this backend:
+
+# %%
+if torch is None:
+    print("skipped: no PyTorch")
+else:
+    from gpt2enc_edu import compare
+
+    g = torch.Generator().manual_seed(0)
+    V, T, C = 1000, 64, 64
+    ids = torch.randint(0, V, (4, T), generator=g).to(DEVICE)
+    wte = (0.02 * torch.randn(V, C, generator=g)).to(DEVICE, CFG.dtype).requires_grad_(True)
+    wpe = (0.01 * torch.randn(T, C, generator=g)).to(DEVICE, CFG.dtype).requires_grad_(True)
+    out = enc_torch.encoder(ids, wte, wpe, generator=torch.Generator().manual_seed(42))
+    dout = torch.randn(out.shape, generator=g).to(DEVICE, CFG.dtype)
+    out.backward(dout)
+
+    as_array = enc_torch.as_array
+    same_out = compare.bitwise_equal(as_array(out), enc.encoder_forward(as_array(ids.int()), as_array(wte), as_array(wpe)))
+    dwte, dwpe = torch.zeros_like(wte), torch.zeros_like(wpe)
+    seed = enc_torch.draw_seed(torch.Generator().manual_seed(42))  # the seed the backward drew
+    enc.encoder_backward(as_array(dwte), as_array(dwpe), as_array(dout), as_array(ids.int()), seed=seed, method="chunked")
+    print("forward == encoder_forward:", same_out)
+    print("backward == encoder_backward with the drawn seed:",
+          compare.bitwise_equal(as_array(wte.grad), as_array(dwte)) and compare.bitwise_equal(as_array(wpe.grad), as_array(dwpe)))
+
+# %% [markdown]
+# ## 2. The model
+#
+# `gpt2enc_edu.course.training.TinyGPT`: the encoder, two pre-norm transformer blocks (causal self-attention
+# written as matmuls and a softmax, a GELU MLP), a final LayerNorm and the LM head tied to `wte` (the logits
+# are `x @ wte.T`, so `wte` gets two gradients per step: the encoder's and the head's, added by autograd).
+# The data are fixed windows of the shipped GPT-2 token sample (82,249 ids of real text), in a fixed order;
+# the optimizer is AdamW. On a GPU: GPT-2's 50,257-token vocabulary, T = 256, C = 384, bf16 weights, 50 steps.
+# On a CPU a smaller run (the sample's 6,404 distinct ids renumbered, T = 64, C = 64, fp32, 20 steps) keeps
+# the notebook to seconds.
+
+# %%
+if torch is None:
+    print("skipped: no PyTorch")
+else:
+    import inspect
+
+    print(inspect.getsource(training.Block.attention))
+    print(inspect.getsource(training.TinyGPT.forward))
+
+# %% [markdown]
+# ## 3. Two runs with the deterministic encoder: the same bits
+#
+# `train` seeds everything (`torch.manual_seed` for the weights, a separate generator for the encoder's
+# rounding seeds), trains, and hashes the loss of every step and the final weights (SHA-256 of their bytes).
+# The encoder's backward is the chunked kernel (`method="chunked"`); the bucketed one gives the same guarantee.
+
+# %%
+def show(name, a, b):
+    """Hashes of two runs, and the first step where their losses differ."""
+    parts = a.parts_from(b)
+    verdict = "identical" if parts is None and a.weights_hash == b.weights_hash else (
+        f"part at step {parts}" if parts is not None else "same losses, different weights")
+    print(f"{name:<34} loss hashes {a.loss_hash} {b.loss_hash}  weights {a.weights_hash} {b.weights_hash}")
+    print(f"{'':<34} {verdict}; loss {a.losses[0]:.4f} -> {a.losses[-1]:.4f}; {a.step_ms:.1f} ms/step")
+    return parts is None and a.weights_hash == b.weights_hash
+
+
+RUNS = {}
+if torch is None:
+    print("skipped: no PyTorch")
+else:
+    for method in ("chunked", "bucketed"):
+        RUNS[method] = [training.train(CFG, encoder="ours", method=method, device=DEVICE) for _ in range(2)]
+        identical = show(f"ours, {method}", *RUNS[method])
+        assert identical, f"two runs with the deterministic {method} encoder differ"
+
+# %% [markdown]
+# Every loss, and every bit of every weight after the last step, is the same in both runs. That is llm.c's
+# test, passed by a model whose embedding gradient sums thousands of repeated tokens per step (" the", ",",
+# "\n") in an order that never changes.
+#
+# ## 4. Two runs with the atomic encoder backward: they part
+#
+# `method="atomic"` adds with `atomicAdd` in fp32 (then rounds to the storage dtype once);
+# `method="atomic_bf16"` adds bf16 values with `atomicAdd` directly, as a naive bf16 kernel would. The order
+# of the adds depends on thread scheduling, so the sums' last bits do, and after one step differs the runs
+# never meet again: the weights differ, then every later loss. (On the CPU the mirror draws a random order
+# each call to play the scheduler.)
+
+# %%
+if torch is None:
+    print("skipped: no PyTorch")
+else:
+    methods = ("atomic", "atomic_bf16") if CFG.dtype == torch.bfloat16 else ("atomic",)
+    for method in methods:
+        RUNS[method] = [training.train(CFG, encoder="ours", method=method, device=DEVICE) for _ in range(2)]
+        show(f"ours, {method}", *RUNS[method])
+
+# %% [markdown]
+# Where the atomic runs part, the losses of the first steps still agree: the first gradient that differs only
+# changes the weights of the next step. A difference in the last bit of one gradient element grows: AdamW
+# normalises updates, and the model's chaotic dynamics do the rest.
+#
+# ## 5. PyTorch's `nn.Embedding`, with and without `torch.use_deterministic_algorithms(True)`
+#
+# The same model with `nn.Embedding` for tokens and positions (same initial weights: the same draws in the
+# same order, so step 0's loss is the same as above). The switch changes which CUDA code computes the
+# embedding's backward (`python -m gpt2enc_edu.bench` times both: at GPT-2 size the deterministic one is
+# the slower); whether two runs part is what the cell shows. On the CPU PyTorch's embedding backward is
+# deterministic either way. Times are the median of one whole training step (the encoder is a small part of
+# it here).
+
+# %%
+if torch is None:
+    print("skipped: no PyTorch")
+else:
+    for deterministic in (True, False):
+        name = f"torch, deterministic={deterministic}"
+        RUNS[name] = [training.train(CFG, encoder="torch", deterministic=deterministic, device=DEVICE) for _ in range(2)]
+        show(f"nn.Embedding, deterministic={deterministic}", *RUNS[name])
+
+# %%
+if torch is None:
+    print("skipped: no PyTorch")
+else:
+    print(f"{'encoder':<28} {'ms per step':>11}  {'two runs':<10} {'step 0 loss':>11}")
+    for name, (a, b) in RUNS.items():
+        label = f"ours, {name}" if not name.startswith("torch") else name.replace("torch", "nn.Embedding")
+        parts = a.parts_from(b)
+        same = "identical" if parts is None and a.weights_hash == b.weights_hash else f"part at {parts}"
+        print(f"{label:<28} {a.step_ms:>11.2f}  {same:<10} {a.losses[0].item():>11.4f}")
+
+# %% [markdown]
+# ## 6. What made the rest of the model deterministic
+#
+# A bitwise-reproducible loss needs **every** op to be reproducible, not just the encoder:
+#
+# * **Seeds**: `torch.manual_seed` before building the model (initial weights); the encoder's stochastic
+#   rounding draws from its own `torch.Generator`, seeded too. No dropout.
+# * **Data order**: fixed windows of the token sample, the same at every run (no shuffling).
+# * **Matmuls**: cuBLAS is reproducible on one GPU with a fixed workspace configuration,
+#   `CUBLAS_WORKSPACE_CONFIG=:4096:8`, set before CUDA starts (the cell above).
+# * **Attention**: written out (`q @ k.T`, mask, softmax, `@ v`) rather than a fused attention kernel, some of
+#   whose backward passes use atomics.
+# * **Everything else** (LayerNorm, GELU, softmax, cross-entropy, AdamW's elementwise update) reduces in a
+#   fixed order. `torch.use_deterministic_algorithms(True)` (on for our runs) makes PyTorch raise on any op it
+#   knows to be nondeterministic, and it raised nothing. It cannot vouch for our kernels: that is what the
+#   two identical runs above show.
+# * **The same machine**: bits are reproducible on the same GPU model, software and batch size. A different
+#   GPU (another cuBLAS algorithm) or the CPU gives other bits, identical from run to run.
+#
+# ## 7. Exercise
+#
+# Gradient accumulation: split each batch in two halves and call `backward` on each before the optimizer
+# step. With the adapter, `.grad` is the sum of two fresh gradients (each stochastically rounded in bf16,
+# then added by PyTorch's round-to-nearest add). Are two such runs still bitwise identical? Are they
+# identical to the runs above? Predict, then try it with a copy of `training.train`.
