@@ -160,6 +160,50 @@ except ValueError as err:
     print("refused:", err)
 
 # %% [markdown]
+# ### Build it first: the kernel as a Python function of one thread
+#
+# Before reading the CUDA, write the kernel yourself, in Python: a function of **one thread** that
+# `gpt2enc_edu.course.grid` runs over the whole grid as a GPU would, with the real kernel's launch shape
+# (blocks of 256 threads, one thread per 128-bit pack). Your function gets `cuda` (`cuda.blockIdx.x`,
+# `cuda.threadIdx.x`, `cuda.blockDim.x`) and the kernel's arguments, the arrays flat like CUDA pointers.
+# `load128(array, start)` and `store128(array, start, pack)` move one 128-bit pack (a small NumPy array),
+# `fadd` adds in fp32 exactly as the GPU does, `to_float` and `to_storage_nearest(value, dtype)` convert.
+#
+# The check draws fresh problems each time (random shapes and ids, B = 1, T < maxT, C = 8, one token
+# 3000 times, all ids distinct), runs your kernel, and compares its bits with the mirror's. A wrong
+# element is named with its expected and actual bits and drawn on the thread map. No GPU needed.
+#
+# The package's own per-thread form comes right after the check: try first, then scroll on. Worked
+# solution: `solutions/perthread.py` (in the repository, outside the package).
+
+# %%
+from gpt2enc_edu.course import buildit, perthread, skeletons
+from gpt2enc_edu.course.grid import fadd, load128, store128, to_float, to_storage_nearest
+
+
+def my_forward(cuda, out, inp, wte, wpe, B, T, C):
+    """Build it: the forward kernel, one thread (about 12 lines)."""
+    raise NotImplementedError("write the forward kernel for one thread")
+
+
+# %%
+verdict = buildit.check_forward(my_forward)
+verdict.show()
+
+# %% [markdown]
+# The package's per-thread form (`gpt2enc_edu/course/perthread.py`). It reads line for line like the CUDA
+# kernel of section 4, and it gives the mirror's bits:
+
+# %%
+display(Markdown(f"```python\n{inspect.getsource(perthread.encoder_forward)}\n```"))
+small = random_problem(2, 5, 16, 11, maxT=7, rng=np.random.default_rng(3))
+out_per_thread = np.zeros((small.B, small.T, small.C), dtype=small.dtype)
+out_mirror = np.zeros_like(out_per_thread)
+perthread.launch_forward(perthread.encoder_forward, out_per_thread, small.inp, small.wte, small.wpe)
+mirror.encoder_forward(out_mirror, small.inp, small.wte, small.wpe, small.B, small.T, small.C)
+print("per-thread Python == NumPy mirror, bit for bit:", compare.bitwise_equal(out_per_thread, out_mirror))
+
+# %% [markdown]
 # ## 4. The kernel
 #
 # Which rows does the forward read, and how often? Every position reads one `wte` row and one `wpe` row.
@@ -289,7 +333,8 @@ ax = timing_plots.forward_versions(forward_times)
 #
 # *Hint:* compute the element's flat index in the (B, T, C) output first. `layout.pack_size(dtype)` gives
 # the pack width. Is B needed? The check cell below prints "not done yet" until the stub is filled in;
-# `solutions/exercises.py` (in the repository, outside the package) has a worked solution.
+# `solutions/exercises.py` (in the repository, outside the package) has a worked solution. After it comes
+# the CUDA build-it exercise.
 
 # %%
 def element_to_thread(b, t, c, T, C, dtype):
@@ -299,3 +344,26 @@ def element_to_thread(b, t, c, T, C, dtype):
 
 # %%
 done = exercises.check_element_to_thread(element_to_thread, xp=xp)
+
+# %% [markdown]
+# ### Build it in CUDA
+#
+# With a GPU, write the real thing. Here is `kernels/encoder_forward.cu` as the package compiles it, with
+# the kernel's body cut out (`skeletons.skeleton("forward")` makes it from the file when this cell runs).
+# Write the body into the string `my_forward_cu`, in place of the marked line. The check compiles it with
+# the package's own loader (the same `common.cuh` and NVRTC flags, for bf16 and fp32), launches it with
+# the real launch shape on problems drawn when it runs (those of the Python check plus two GPT-2-sized
+# ones), compares its bits with the mirror, and on success times it next to the package's kernel.
+# Without a GPU it says so. Worked solution: `solutions/cuda/forward.cu` (outside the package).
+
+# %%
+display(Markdown(f"```cuda\n{skeletons.skeleton('forward')}\n```"))
+
+# %%
+my_forward_cu = r"""
+    // ===== YOUR CODE HERE =====
+"""
+
+# %%
+verdict = buildit.check_forward(my_forward_cu)
+verdict.show()
