@@ -52,7 +52,7 @@ def test_thread_map(dtype, threads):
 
 
 def _step_heights(patch) -> float:
-    return float(patch.get_xy()[:, 1].max())
+    return float(patch.get_data().values.max())
 
 
 def test_ulp_histogram_counts_and_clipping():
