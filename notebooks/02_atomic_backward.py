@@ -101,6 +101,52 @@ print("adds into each dwte row:", np.bincount(inp.ravel(), minlength=V))
 # read-modify-write indivisible: the memory system applies the adds one at a time, **in whatever order
 # they arrive**. The result is correct up to rounding, but the order is decided by the hardware at run time.
 
+# %% [markdown]
+# ### Build it first: the atomic kernel as a Python function of one thread
+#
+# Write the fp32 atomic kernel yourself, in Python, before reading the CUDA below: a function of one thread
+# (`cuda.blockIdx.x`, `cuda.threadIdx.x`, `cuda.blockDim.x`), run over the grid with the real launch shape
+# by `gpt2enc_edu.course.grid`. It adds into the fp32 gradients `dwte32` and `dwpe32` (flat arrays) with
+# `cuda.atomic_add(array, index, value)`, and the emulator applies those adds in an order that changes
+# from run to run, as the GPU does. A plain `+=` into them is refused: threads run one after another in
+# the emulator, so it would work here and race on a GPU. `load128(array, start)` reads a pack, `to_float`
+# converts it to fp32.
+#
+# Because the order changes, no fixed bits can be asked: the check compares with the float64 reference
+# within `compare.error_bound`, and rows that receive nothing must keep their bits. Try it, then scroll on
+# for the package's form. Worked solution: `solutions/perthread.py` (outside the package).
+
+# %%
+import inspect
+
+from gpt2enc_edu.course import buildit, perthread, skeletons
+from gpt2enc_edu.course.grid import load128, to_float
+
+
+def my_atomic_backward(cuda, dwte32, dwpe32, dout, inp, B, T, C):
+    """Build it: the fp32 atomic backward, one thread (about 12 lines)."""
+    raise NotImplementedError("write the atomic backward for one thread")
+
+
+# %%
+verdict = buildit.check_backward_atomic(my_atomic_backward)
+verdict.show()
+
+# %% [markdown]
+# The package's per-thread form (`gpt2enc_edu/course/perthread.py`), the same lines as the CUDA kernel
+# below. Run twice on one problem, it gives two different results, as the GPU does:
+
+# %%
+display(Markdown(f"```python\n{inspect.getsource(perthread.encoder_backward_atomic_fp32)}\n```"))
+tiny = random_problem(4, 16, 8, 3, dtype=np.float32, rng=np.random.default_rng(5))
+per_thread_runs = []
+for _ in range(2):
+    dwte_run, dwpe_run = tiny.dwte.copy(), tiny.dwpe.copy()
+    perthread.launch_backward_atomic(perthread.encoder_backward_atomic_fp32, dwte_run, dwpe_run, tiny.dout, tiny.inp)
+    per_thread_runs.append(dwte_run)
+print("elements of dwte that differ between the two runs:",
+      compare.count_bit_differences(per_thread_runs[0], per_thread_runs[1]), "of", per_thread_runs[0].size)
+
 # %%
 display(Markdown(f"```cuda\n{kernel_source('encoder_backward_atomic.cu')}\n```"))
 
@@ -283,12 +329,16 @@ for method, pair in runs16.items():
 #
 # ## 7. Exercise 2: which rows can change?
 #
-# Not every row of `dwte` can differ between two atomic runs. Write `rows_that_can_differ(inp, V)` that
-# returns a boolean array of shape `(V,)`, True for the rows whose bits can depend on the order of the
-# atomic adds (fp32 storage). `inp` may be a NumPy or a CuPy array: use the same module for the answer.
+# Not every row of `dwte` can differ between two atomic runs. Take a fresh gradient: `dwte` **starts at
+# zero** and is stored in fp32. Write `rows_that_can_differ(inp, V)` that returns a boolean array of shape
+# `(V,)`, True for the rows whose bits can depend on the order of the atomic adds. `inp` may be a NumPy or
+# a CuPy array: use the same module for the answer.
 #
-# *Hint:* how many orders are there for `old + a`? For `old + a + b`? The check also runs the atomic
-# kernel a few times and shows which rows really changed. Solution: `solutions/exercises.py` (in the repository, outside the package).
+# *Hint:* for a row that receives n adds, list the orders in which they can arrive, and ask which orders
+# can give different fp32 results when the row starts at 0 (section 3). The check draws its id batches
+# when it runs, then runs the atomic kernel a few times from zero and shows which rows really changed.
+# Solution: `solutions/exercises.py` (in the repository, outside the package). After it comes the CUDA
+# build-it exercise.
 
 # %%
 def rows_that_can_differ(inp, V):
@@ -298,3 +348,26 @@ def rows_that_can_differ(inp, V):
 
 # %%
 done = exercises.check_rows_that_can_differ(rows_that_can_differ, xp=xp)
+
+# %% [markdown]
+# ### Build it in CUDA
+#
+# With a GPU, write the fp32 atomic kernel itself. Here is `kernels/encoder_backward_atomic.cu` with the
+# body of `encoder_backward_atomic_fp32_kernel` cut out (and the bf16 kernel emptied: it would give the
+# answer away), made from the file when this cell runs. Write the body into `my_atomic_cu`. The check
+# compiles it with the package's loader, launches it with the real launch shape on problems drawn when it
+# runs, and compares with the float64 reference within the documented bound: the order of the atomic adds
+# is the hardware's, so no fixed bits can be asked. On success it times your kernel next to the package's.
+# Worked solution: `solutions/cuda/atomic.cu` (outside the package).
+
+# %%
+display(Markdown(f"```cuda\n{skeletons.skeleton('atomic')}\n```"))
+
+# %%
+my_atomic_cu = r"""
+    // ===== YOUR CODE HERE =====
+"""
+
+# %%
+verdict = buildit.check_backward_atomic(my_atomic_cu)
+verdict.show()
