@@ -14,6 +14,7 @@ from .layout import (
     BLOCK_SIZE,
     CHUNKED_WARPS_PER_BLOCK,
     COMBINE_THREADS,
+    FORWARD_ROWS,
     WARP_SIZE,
     WTE_BLOCK_SIZE,
     c_per_group,
@@ -23,12 +24,27 @@ from .layout import (
 )
 from .loader import cupy_module, get_kernel, launch
 
+#: The forward's versions (kernels/encoder_forward.cu): kernel name, and threads for (B, T, C, pack size).
+FORWARD_VERSIONS = {
+    1: ("encoder_forward_v1_kernel", lambda B, T, C, pack: B * T * C),
+    2: ("encoder_forward_v2_kernel", lambda B, T, C, pack: B * T * C // pack),
+    3: ("encoder_forward_kernel", lambda B, T, C, pack: ceil_div(B, FORWARD_ROWS) * T * C // pack),
+}
+
+
+def encoder_forward_version(version: int, out, inp, wte, wpe, B: int, T: int, C: int) -> None:
+    """Launch version 1 (one element per thread), 2 (one pack per thread) or 3 (the fastest: a pack column
+    of one t for FORWARD_ROWS batch rows per thread) of the forward; all three write the same bits."""
+    if version not in FORWARD_VERSIONS:
+        raise ValueError(f"forward version must be one of {sorted(FORWARD_VERSIONS)}, not {version!r}")
+    name, threads = FORWARD_VERSIONS[version]
+    kernel = get_kernel("encoder_forward.cu", name, wte.dtype)
+    launch(kernel, ceil_div(threads(B, T, C, pack_size(wte.dtype)), BLOCK_SIZE), BLOCK_SIZE,
+           (out, inp, wte, wpe, np.int32(B), np.int32(T), np.int32(C)))
+
 
 def encoder_forward(out, inp, wte, wpe, B: int, T: int, C: int) -> None:
-    kernel = get_kernel("encoder_forward.cu", "encoder_forward_kernel", wte.dtype)
-    threads = B * T * C // pack_size(wte.dtype)
-    launch(kernel, ceil_div(threads, BLOCK_SIZE), BLOCK_SIZE,
-           (out, inp, wte, wpe, np.int32(B), np.int32(T), np.int32(C)))
+    encoder_forward_version(3, out, inp, wte, wpe, B, T, C)
 
 
 def encoder_backward_wpe(dwpe, dout, B: int, T: int, C: int, seed: int) -> None:
@@ -108,24 +124,39 @@ def encoder_backward_deterministic_gpu_bucketing(dwte, dwpe, dout, inp, B: int, 
     (encoder_backward_wte_chunked if chunked else encoder_backward_wte_bucketed)(dwte, table, dout, C, seed)
 
 
-def encoder_backward_atomic(dwte, dwpe, dout, inp, B: int, T: int, C: int, *, bf16_atomics: bool) -> None:
+_fp32_scratch: dict = {}
+
+
+def _fp32_scratch_for(dwte, dwpe, T: int):
+    """fp32 buffers shaped like dwte and dwpe's first T rows, reused across calls on one stream. Only the rows
+    a batch touches are ever written (and then read), so they need no initialisation."""
     cupy = cupy_module()
+    key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, dwte.shape, T, dwpe.shape[1])
+    if key not in _fp32_scratch:
+        _fp32_scratch[key] = (cupy.empty(dwte.shape, np.float32), cupy.empty((T, dwpe.shape[1]), np.float32))
+    return _fp32_scratch[key]
+
+
+def encoder_backward_atomic(dwte, dwpe, dout, inp, B: int, T: int, C: int, *, bf16_atomics: bool) -> None:
     threads = B * T * C // pack_size(dout.dtype)
     grid = ceil_div(threads, BLOCK_SIZE)
     file_name = "encoder_backward_atomic.cu"
+    sizes = (np.int32(B), np.int32(T), np.int32(C))
     if bf16_atomics:
         kernel = get_kernel(file_name, "encoder_backward_atomic_bf16_kernel", dout.dtype)
-        launch(kernel, grid, BLOCK_SIZE, (dwte, dwpe, dout, inp, np.int32(B), np.int32(T), np.int32(C)))
+        launch(kernel, grid, BLOCK_SIZE, (dwte, dwpe, dout, inp, *sizes))
         return
     kernel = get_kernel(file_name, "encoder_backward_atomic_fp32_kernel", dout.dtype)
     if dwte.dtype == np.float32:
-        launch(kernel, grid, BLOCK_SIZE, (dwte, dwpe, dout, inp, np.int32(B), np.int32(T), np.int32(C)))
+        launch(kernel, grid, BLOCK_SIZE, (dwte, dwpe, dout, inp, *sizes))
         return
-    # bf16 storage: accumulate in fp32 copies, round back to nearest once.
-    dwte32, dwpe32 = dwte.astype(cupy.float32), dwpe.astype(cupy.float32)
-    launch(kernel, grid, BLOCK_SIZE, (dwte32, dwpe32, dout, inp, np.int32(B), np.int32(T), np.int32(C)))
-    dwte[...] = dwte32.astype(dwte.dtype)
-    dwpe[...] = dwpe32.astype(dwpe.dtype)
+    # bf16 storage: widen the rows the batch touches to fp32, add there, round them back to nearest once.
+    dwte32, dwpe32 = _fp32_scratch_for(dwte, dwpe, T)
+    launch(get_kernel(file_name, "encoder_backward_atomic_widen_kernel", dout.dtype), grid, BLOCK_SIZE,
+           (dwte32, dwpe32, dwte, dwpe, inp, *sizes))
+    launch(kernel, grid, BLOCK_SIZE, (dwte32, dwpe32, dout, inp, *sizes))
+    launch(get_kernel(file_name, "encoder_backward_atomic_narrow_kernel", dout.dtype), grid, BLOCK_SIZE,
+           (dwte, dwpe, dwte32, dwpe32, inp, *sizes))
 
 
 __all__ = [
@@ -136,4 +167,5 @@ __all__ = [
     "encoder_backward_wte_bucketed",
     "encoder_backward_wte_chunked",
     "encoder_forward",
+    "encoder_forward_version",
 ]

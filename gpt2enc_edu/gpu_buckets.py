@@ -1,7 +1,11 @@
-"""The bucket table built on the GPU (``kernels/bucketing.cu``), with no host round trip and no sync.
+"""The bucket table built on the GPU, with no host round trip and no sync.
 
-``build_bucket_table_gpu(inp, C, dtype, V)`` launches one cooperative kernel that writes the same table as
-``buckets.build_bucket_table`` (NumPy) into device buffers. The host cannot know the table's exact size
+``build_bucket_table_gpu(inp, C, dtype, V)`` launches one kernel that writes the same table as
+``buckets.build_bucket_table`` (NumPy) into device buffers: for a small batch (B*T <= ``SMALL_MAX_BT`` ids,
+V <= 65536) ``bucketing_small_kernel`` (``kernels/bucketing_small.cu``), one block that sorts in shared
+memory; otherwise the cooperative ``bucketing_kernel`` (``kernels/bucketing.cu``), whose grid is kept to
+``COOPERATIVE_MAX_BLOCKS`` SMs so that the wpe kernel, queued beside it, has the others.
+``phase_times_us`` measures what each phase of the chosen kernel costs. The host cannot know the table's exact size
 without waiting for the GPU, so a ``DeviceBucketTable`` carries upper bounds (``max_buckets``,
 ``max_units``) for launch grids plus the exact sizes in device memory (``counters``), which the wte
 kernels read. ``to_host()`` waits, trims, and returns an ordinary ``BucketTable`` (for tests and plots).
@@ -20,14 +24,23 @@ from .buckets import BucketTable
 from .layout import (
     BUCKETING_THREADS,
     CHUNK_ITEMS,
+    CHUNKED_WARPS_PER_BLOCK,
     COUNTER_NUM_BUCKETS,
     COUNTER_NUM_UNITS,
     NUM_COUNTERS,
     RADIX_DIGITS,
+    SMALL_MAX_BT,
+    SMALL_MAX_V,
+    SMALL_THREADS,
     ceil_div,
     num_c_groups,
+    small_bucketing_smem_bytes,
 )
 from .loader import cupy_module, get_kernel, launch
+
+#: Most blocks (SMs) of the cooperative bucketing kernel: one block of 1024 threads fills an SM's registers,
+#: so the wpe kernel that runs beside it gets only the SMs it leaves free.
+COOPERATIVE_MAX_BLOCKS = 32
 
 
 def max_units(BT: int, V: int) -> int:
@@ -37,6 +50,12 @@ def max_units(BT: int, V: int) -> int:
     BT / CHUNK_ITEMS + (number of distinct tokens) <= BT // CHUNK_ITEMS + 1 + min(V, BT).
     """
     return min(BT, BT // CHUNK_ITEMS + 1 + min(V, BT))
+
+
+def unit_rows(num_units: int) -> int:
+    """Rows of a device unit list: the chunked kernel's grid reads a row for each of its warps, so the list
+    is padded (with initialised rows) to whole blocks of ``CHUNKED_WARPS_PER_BLOCK`` warps."""
+    return ceil_div(max(num_units, 1), CHUNKED_WARPS_PER_BLOCK) * CHUNKED_WARPS_PER_BLOCK
 
 
 def max_multi_chunk_units(BT: int) -> int:
@@ -88,24 +107,37 @@ def to_device(table) -> DeviceBucketTable:
     """A table the wte kernels can read: a ``DeviceBucketTable`` as it is; a host ``BucketTable`` copied over.
 
     A host table's sizes are exact, so its ``counters`` hold them and its bounds equal them (llm.c's route:
-    the table was built on the CPU and travels to the GPU).
+    the table was built on the CPU and travels to the GPU); its unit list gains zero rows up to ``unit_rows``.
     """
     if isinstance(table, DeviceBucketTable):
         return table
     cupy = cupy_module()
     counters = np.zeros(NUM_COUNTERS, dtype=np.int32)
     counters[COUNTER_NUM_BUCKETS], counters[COUNTER_NUM_UNITS] = table.num_buckets, table.num_units
+    units = np.zeros((unit_rows(table.num_units), 4), dtype=np.int32)
+    units[: table.num_units] = table.units
     return DeviceBucketTable(info=cupy.asarray(table.info), bt_list=cupy.asarray(table.bt_list),
-                             units=cupy.asarray(table.units), counters=cupy.asarray(counters), C=table.C,
+                             units=cupy.asarray(units), counters=cupy.asarray(counters), C=table.C,
                              dtype=np.dtype(table.dtype))
 
 
 class _Workspace:
-    """Every buffer the bucketing kernel needs, allocated once per problem size."""
+    """Every buffer a bucketing kernel needs, allocated once per problem size.
 
-    def __init__(self, cupy, BT: int, V: int, groups: int, grid: int):
-        n = max(V, BT)
+    The table's buffers start zeroed: the wte kernels read rows past the table's size (which they then
+    skip), and those rows must hold initialised values. ``small`` workspaces need no sorting buffers.
+    """
+
+    def __init__(self, cupy, BT: int, V: int, groups: int, grid: int, small: bool):
         i32 = np.int32
+        self.small, self.grid = small, grid
+        self.info = cupy.zeros((min(V, BT) * groups, 4), i32)
+        self.units = cupy.zeros((unit_rows(max_units(BT, V)), 4), i32)
+        self.bt_list = cupy.zeros(BT, i32)
+        self.counters = cupy.zeros(NUM_COUNTERS, i32)
+        if small:
+            return
+        n = max(V, BT)
         self.counts = cupy.empty(V, i32)
         self.presence = cupy.empty(BT + 1, i32)
         self.keys0, self.keys1 = cupy.empty(n, np.uint32), cupy.empty(n, np.uint32)
@@ -114,37 +146,120 @@ class _Workspace:
         self.rank_of_ix = cupy.empty(V, i32)
         self.token_starts = cupy.empty(V, i32)
         self.unit_starts = cupy.empty(V, i32)
-        self.info = cupy.empty((min(V, BT) * groups, 4), i32)
-        self.units = cupy.empty((max_units(BT, V), 4), i32)
-        self.bt_list = cupy.empty(BT, i32)
-        self.counters = cupy.empty(NUM_COUNTERS, i32)
-        self.grid = grid
 
 
 _workspaces: dict = {}
 
 
 def _grid_size(cupy, BT: int, V: int) -> int:
-    """Blocks of the cooperative launch: one per SM at most (always co-resident), none idle on small inputs."""
+    """Blocks of the cooperative launch: at most ``COOPERATIVE_MAX_BLOCKS`` and the SM count (always
+    co-resident), none idle on small inputs."""
     sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
-    return max(1, min(sms, ceil_div(max(V, BT), BUCKETING_THREADS)))
+    return max(1, min(sms, COOPERATIVE_MAX_BLOCKS, ceil_div(max(V, BT), BUCKETING_THREADS)))
 
 
-def build_bucket_table_gpu(inp, C: int, dtype, V: int) -> DeviceBucketTable:
-    """Launch ``bucketing_kernel`` on the current stream for validated (B, T) int32 CuPy ids in [0, V)."""
+def uses_small_kernel(BT: int, V: int) -> bool:
+    """Whether ``build_bucket_table_gpu`` takes the one-block kernel for BT ids of a vocabulary of V."""
+    if BT > SMALL_MAX_BT or V > SMALL_MAX_V:
+        return False
+    cupy = cupy_module()
+    return small_bucketing_smem_bytes(BT) <= cupy.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"]
+
+
+_smem_allowed: dict = {}
+
+
+def _small_kernel(dtype, smem: int):
+    """``bucketing_small_kernel``, allowed ``smem`` bytes of dynamic shared memory (above 48 KiB needs that)."""
+    cupy = cupy_module()
+    kernel = get_kernel("bucketing_small.cu", "bucketing_small_kernel", dtype)
+    key = (cupy.cuda.Device().id, kernel.ptr)
+    if smem > _smem_allowed.get(key, 48 * 1024):
+        driver = cupy.cuda.driver
+        attribute = getattr(driver, "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", 8)
+        driver.funcSetAttribute(kernel.ptr, attribute, smem)
+        _smem_allowed[key] = smem
+    return kernel
+
+
+def _launch(inp, C: int, dtype, V: int, stop_after: int = 0):
+    """Launch the bucketing kernel for these ids (``stop_after`` > 0: only its first phases); the workspace."""
     cupy = cupy_module()
     BT = int(inp.size)
     groups = num_c_groups(C, dtype)
-    device = cupy.cuda.Device().id
-    stream = cupy.cuda.get_current_stream().ptr
-    key = (device, stream, BT, V, groups)
+    small = uses_small_kernel(BT, V)
+    key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, BT, V, groups)
     ws = _workspaces.get(key)
     if ws is None:
-        ws = _workspaces[key] = _Workspace(cupy, BT, V, groups, _grid_size(cupy, BT, V))
-    kernel = get_kernel("bucketing.cu", "bucketing_kernel", dtype)
-    launch(kernel, ws.grid, BUCKETING_THREADS,
-           (inp, np.int32(BT), np.int32(V), np.int32(groups), ws.counts, ws.presence, ws.keys0, ws.vals0,
-            ws.keys1, ws.vals1, ws.hist, ws.rank_of_ix, ws.token_starts, ws.unit_starts, ws.info, ws.units,
-            ws.bt_list, ws.counters))
+        ws = _workspaces[key] = _Workspace(cupy, BT, V, groups, 1 if small else _grid_size(cupy, BT, V), small)
+    if small:
+        smem = small_bucketing_smem_bytes(BT)
+        launch(_small_kernel(dtype, smem), 1, SMALL_THREADS,
+               (inp, np.int32(BT), np.int32(V), np.int32(groups), ws.info, ws.units, ws.bt_list, ws.counters,
+                np.int32(stop_after)), shared_mem=smem)
+    else:
+        launch(get_kernel("bucketing.cu", "bucketing_kernel", dtype), ws.grid, BUCKETING_THREADS,
+               (inp, np.int32(BT), np.int32(V), np.int32(groups), ws.counts, ws.presence, ws.keys0, ws.vals0,
+                ws.keys1, ws.vals1, ws.hist, ws.rank_of_ix, ws.token_starts, ws.unit_starts, ws.info, ws.units,
+                ws.bt_list, ws.counters, np.int32(stop_after)))
+    return ws
+
+
+def build_bucket_table_gpu(inp, C: int, dtype, V: int) -> DeviceBucketTable:
+    """Launch the bucketing kernel on the current stream for validated (B, T) int32 CuPy ids in [0, V)."""
+    ws = _launch(inp, C, dtype, V)
     return DeviceBucketTable(info=ws.info, bt_list=ws.bt_list, units=ws.units, counters=ws.counters, C=C,
                              dtype=np.dtype(dtype))
+
+
+#: The phases of each bucketing kernel, in order: ``stop_after = i + 1`` ends the kernel after phase ``i``.
+SMALL_PHASES = ("sort positions by id", "distinct tokens", "sort tokens by count", "starts, buckets, units",
+                "bt_list")
+COOPERATIVE_PHASES = ("clear", "count tokens", "count values present", "classes (scan)",
+                      "sort tokens by class", "ranks and starts (2 scans)", "sort positions by rank",
+                      "write the table")
+
+
+def phase_times_us(inp, C: int, dtype, V: int, *, repeats: int = 20) -> dict:
+    """What the GPU bucket table costs, phase by phase, in microseconds (GPU only; ids validated).
+
+    Times the kernel that ``build_bucket_table_gpu`` would launch for these ids, stopped after phase 1, 2, ...
+    (``stop_after``), and whole; a phase's time is the difference between the runs that end after it and
+    before it. ``"launch"`` is a run that returns at once. Each run is ``repeats`` launches captured in a
+    CUDA graph (so host launch overhead stays out), timed with events; the median of 5 replays counts.
+    Returns ``{"kernel": name, "launch": us, <phase>: us, ..., "total": us}``.
+    """
+    cupy = cupy_module()
+    small = uses_small_kernel(int(inp.size), V)
+    phases = SMALL_PHASES if small else COOPERATIVE_PHASES
+    stream = cupy.cuda.Stream(non_blocking=True)
+    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+
+    def per_launch_us(stop_after: int) -> float:
+        with stream:
+            _launch(inp, C, dtype, V, stop_after)  # warm-up: compiles, allocates the workspace
+            try:
+                stream.begin_capture()
+                for _ in range(repeats):
+                    _launch(inp, C, dtype, V, stop_after)
+                graph = stream.end_capture()
+                run = lambda: graph.launch(stream)  # noqa: E731
+            except Exception:  # no graph capture of this launch here: back-to-back launches instead
+                if stream.is_capturing():
+                    stream.end_capture()
+                run = lambda: [_launch(inp, C, dtype, V, stop_after) for _ in range(repeats)]  # noqa: E731
+            samples = []
+            for _ in range(5):
+                start.record(stream)
+                run()
+                stop.record(stream)
+                stop.synchronize()
+                samples.append(cupy.cuda.get_elapsed_time(start, stop) * 1000 / repeats)
+        return float(np.median(samples))
+
+    ends = [per_launch_us(-1)] + [per_launch_us(k) for k in range(1, len(phases))] + [per_launch_us(0)]
+    result = {"kernel": "bucketing_small_kernel" if small else "bucketing_kernel", "launch": ends[0]}
+    for k, name in enumerate(phases):
+        result[name] = ends[k + 1] - ends[k]
+    result["total"] = ends[-1]
+    return result

@@ -76,3 +76,20 @@ COUNTER_MAX_COUNT = 1
 COUNTER_NUM_CLASSES = 2
 COUNTER_NUM_BUCKETS = 3
 COUNTER_NUM_UNITS = 4
+
+#: The one-block bucketing kernel of small batches (``kernels/bucketing_small.cu``): its block, the most ids it
+#: sorts (``SMALL_MAX_BT``), the largest vocabulary its 16-bit ids allow, and its count table (``SMALL_CNT``).
+SMALL_THREADS = 1024
+SMALL_MAX_BT = 8192
+SMALL_MAX_V = 65536
+SMALL_CNT = 4096
+
+
+def small_bucketing_smem_bytes(BT: int) -> int:
+    """Dynamic shared memory of ``bucketing_small_kernel`` for BT ids (its header gives the layout)."""
+    n_pad = ceil_div(BT, SMALL_THREADS) * SMALL_THREADS
+    return 4 * (4 * n_pad + 1 + SMALL_CNT + 64)
+
+
+#: Batch rows per thread of the fast forward kernel (``FORWARD_ROWS`` in encoder_forward.cu).
+FORWARD_ROWS = 8

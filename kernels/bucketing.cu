@@ -22,7 +22,11 @@
 //
 // Launch: cooperatively (all blocks resident: grid.sync() separates the phases), block = 1024 threads,
 //   grid <= number of SMs (one 1024-thread block fits on any SM), dynamic shared memory none:
-//   bucketing_kernel(inp, BT, V, num_c_groups, workspace pointers..., bucket_info, units, bt_list, counters)
+//   bucketing_kernel(inp, BT, V, num_c_groups, workspace pointers..., bucket_info, units, bt_list, counters,
+//                    stop_after)
+// stop_after = k > 0 returns after phase k - 1 (1: cleared, 2: counted, ... 7: positions sorted), < 0 at once;
+// 0 runs all.
+// gpt2enc_edu.gpu_buckets.phase_times_us times these truncated runs and takes differences.
 // The workspace needs no initialisation: phase 0 clears what must start at zero.
 #include <cooperative_groups.h>
 
@@ -230,8 +234,10 @@ bucketing_kernel(const int* inp, int BT, int V, int num_c_groups,
                  int* rank_of_ix,        // [V]      a token's place in bucket order
                  int* token_starts,      // [V]      first bt_list slot of the token of each rank
                  int* unit_starts,       // [V]      first unit of the token of each rank
-                 int4* bucket_info, int4* units, int* bt_list, int* counters) {
+                 int4* bucket_info, int4* units, int* bt_list, int* counters,
+                 int stop_after) {       // > 0: return after that phase (per-phase timing); 0: run all
     __shared__ BucketingScratch s;
+    if (stop_after < 0) { return; }  // an empty run: what the launch alone costs
     cg::grid_group grid = cg::this_grid();
     int stride = gridDim.x * BUCKETING_THREADS;
     int tid = blockIdx.x * BUCKETING_THREADS + threadIdx.x;
@@ -241,6 +247,7 @@ bucketing_kernel(const int* inp, int BT, int V, int num_c_groups,
     for (int i = tid; i <= BT; i += stride) { presence[i] = 0; }
     if (tid < NUM_COUNTERS) { counters[tid] = 0; }
     grid.sync();
+    if (stop_after == 1) { return; }  // the same value in every thread: the whole grid returns together
 
     // Phase 1: count each token; the first occurrence of a token also counts a distinct token.
     for (int bt = tid; bt < BT; bt += stride) {
@@ -248,6 +255,7 @@ bucketing_kernel(const int* inp, int BT, int V, int num_c_groups,
         if (before == 0) { atomicAdd(&counters[COUNTER_NUM_DISTINCT], 1); }
     }
     grid.sync();
+    if (stop_after == 2) { return; }
 
     // Phase 2: which count values occur, and the largest one.
     for (int ix = tid; ix < V; ix += stride) {
@@ -258,11 +266,13 @@ bucketing_kernel(const int* inp, int BT, int V, int num_c_groups,
         }
     }
     grid.sync();
+    if (stop_after == 3) { return; }
 
     // Phase 3: class of a count value = how many larger count values occur (a reversed exclusive scan);
     // presence[] becomes that class. Only values up to the largest count can occur.
     int max_count = counters[COUNTER_MAX_COUNT];
     int num_classes = grid_scan_inplace(presence + 1, max_count, true, hist, s, grid);
+    if (stop_after == 4) { return; }
 
     // Phase 4: sort tokens by class, stably: absent tokens get the class after all others and sort last.
     for (int ix = tid; ix < V; ix += stride) {
@@ -273,6 +283,7 @@ bucketing_kernel(const int* inp, int BT, int V, int num_c_groups,
     grid.sync();
     bool tokens_in_one = radix_sort(keys0, vals0, keys1, vals1, V, (unsigned int)num_classes, hist, s, grid);
     const int* token_of_rank = tokens_in_one ? vals1 : vals0;
+    if (stop_after == 5) { return; }
 
     // Phase 5: ranks, and each rank's start in bt_list and in the unit list (two grid-wide exclusive scans).
     int num_distinct = counters[COUNTER_NUM_DISTINCT];
@@ -290,6 +301,7 @@ bucketing_kernel(const int* inp, int BT, int V, int num_c_groups,
         counters[COUNTER_NUM_UNITS] = num_units;
         counters[COUNTER_NUM_BUCKETS] = num_distinct * num_c_groups;
     }
+    if (stop_after == 6) { return; }
     // Phase 6: sort positions by the rank of their token, stably (so bt stays ascending inside a token).
     // The keys are written into the buffer pair the token sort did not leave its result in.
     unsigned int* item_keys0 = tokens_in_one ? keys0 : keys1;
@@ -304,6 +316,7 @@ bucketing_kernel(const int* inp, int BT, int V, int num_c_groups,
     bool items_in_one = radix_sort(item_keys0, item_vals0, item_keys1, item_vals1, BT,
                                    (unsigned int)(num_distinct - 1), hist, s, grid);
     const int* sorted_bt = items_in_one ? item_vals1 : item_vals0;
+    if (stop_after == 7) { return; }
 
     // Phase 7: the table. bt_list is the sorted positions; buckets and units are written per rank.
     for (int i = tid; i < BT; i += stride) { bt_list[i] = sorted_bt[i]; }

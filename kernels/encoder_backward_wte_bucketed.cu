@@ -28,12 +28,15 @@ encoder_backward_wte_bucketed_kernel(floatX* dwte, const int4* bucket_info, cons
     __shared__ float accum_shared[x128::size * WTE_BLOCK_SIZE];
 
     int bucket = blockIdx.x;
-    if (bucket >= *num_buckets) { return; }  // uniform across the block: no thread reaches the barrier
+    // The table's size and this block's bucket are loaded together (the row exists even past the size:
+    // bucket_info has max_buckets rows, all initialised), so the block waits one memory latency, not two.
+    int table_size = *num_buckets;
+    int4 info = bucket_info[bucket];
+    if (bucket >= table_size) { return; }  // uniform across the block: no thread reaches the barrier
     int warp_id = threadIdx.x / WARP_SIZE;
     int lane_id = threadIdx.x % WARP_SIZE;
     int c_per_warp = WARP_SIZE * x128::size;
 
-    int4 info = bucket_info[bucket];
     int bucket_start = info.x;
     int bucket_size = info.y;
     int bucket_ix = info.z;
@@ -42,6 +45,11 @@ encoder_backward_wte_bucketed_kernel(floatX* dwte, const int4* bucket_info, cons
     // When C is not a multiple of c_per_warp (C = 776, say), the last group's high lanes have no channels.
     // They still reach the barrier below, so every thread of the block takes part in it.
     bool has_channels = c < C;
+
+    // Warp 0 fetches the old dwte value now: its latency overlaps the dout loads instead of following them.
+    floatX* dwte_ix = dwte + bucket_ix * C + c;
+    x128 packed_dwte;
+    if (warp_id == 0 && has_channels) { packed_dwte = load128(dwte_ix); }
 
     float accum[x128::size];
     for (int k = 0; k < x128::size; k++) { accum[k] = 0.0f; }
@@ -56,17 +64,15 @@ encoder_backward_wte_bucketed_kernel(floatX* dwte, const int4* bucket_info, cons
         }
     }
 
-    // Warps 1..7 hand their partial sums to warp 0. Layout [k][thread] keeps a warp's 32 stores in 32 banks.
-    if (warp_id != 0) {
+    // Warps 1..7 that had an item hand their partial sums to warp 0 (warp 0 reads only those, below).
+    // Layout [k][thread] keeps a warp's 32 stores in 32 banks.
+    if (warp_id != 0 && warp_id < bucket_size) {
         for (int k = 0; k < x128::size; k++) {
             accum_shared[threadIdx.x + k * WTE_BLOCK_SIZE] = accum[k];
         }
     }
     __syncthreads();
     if (warp_id != 0 || !has_channels) { return; }
-
-    floatX* dwte_ix = dwte + bucket_ix * C + c;
-    x128 packed_dwte = load128(dwte_ix);
 
     // Only warps that had an item hold a partial sum: a bucket of 3 items adds warps 1 and 2 and skips the
     // shared-memory reads of warps 3..7, whose accumulators are still +0.0.

@@ -23,16 +23,20 @@
 //     kernel(dwte, units, partials, num_units, C, seed)
 // units[u] = {ix, chunk, start, size}: the token, which chunk, and the token's range in bt_list.
 // max_units may exceed *num_units (the GPU bucketing route knows only a bound on the host, without a sync);
-// warps and blocks past *num_units exit at once. partials: for each unit of a multi-chunk token (a prefix of
-// the unit list), C rounded up to whole channel groups of floats.
+// warps and blocks past *num_units exit at once. `units` must hold an initialised row for every warp of the
+// chunk kernel's grid (the package pads it to a multiple of CHUNKED_WARPS_PER_BLOCK rows). partials: for
+// each unit of a multi-chunk token (a prefix of the unit list), C rounded up to whole channel groups of floats.
 #include "common.cuh"
 
 #define CHUNK_ITEMS 32
 #define CHUNKED_WARPS_PER_BLOCK 8
-#define CHUNK_UNROLL 4
-// Each warp waits on a chain of dependent loads (unit -> bucket -> positions -> gradients): latency, not
-// bandwidth, bounds it, so ask the compiler to fit enough warps per SM to hide that latency.
-#define CHUNKED_MIN_BLOCKS 4
+// Loads in flight per thread: CHUNK_UNROLL items times CHUNK_GROUPS channel groups (C = 768 in bf16 is 3
+// groups: one pass covers the whole row).
+#define CHUNK_UNROLL 2
+#define CHUNK_GROUPS 3
+// Each warp waits on a chain of dependent loads (unit -> positions -> gradients): latency, not bandwidth,
+// bounds it, so ask the compiler to fit enough warps per SM to hide that latency.
+#define CHUNKED_MIN_BLOCKS 3
 #define COMBINE_THREADS 128
 #define COMBINE_UNROLL 16
 
@@ -42,11 +46,14 @@ encoder_backward_wte_chunked_kernel(floatX* dwte, const int4* units, const int* 
     int warp_id = threadIdx.x / WARP_SIZE;
     int lane_id = threadIdx.x % WARP_SIZE;
     int unit = blockIdx.x * CHUNKED_WARPS_PER_BLOCK + warp_id;
-    if (unit >= *num_units) { return; }  // the whole warp leaves together
+    // The table's size and this warp's unit are loaded together (units has a row for every warp of the
+    // grid, all initialised), so the warp waits one memory latency here, not two.
+    int table_size = *num_units;
+    int4 work = units[unit];
+    if (unit >= table_size) { return; }  // the whole warp leaves together
     int c_per_warp = WARP_SIZE * x128::size;
     int num_groups = CEIL_DIV(C, c_per_warp);
 
-    int4 work = units[unit];
     int ix = work.x;
     int chunk = work.y;
     int token_start = work.z;
@@ -60,42 +67,59 @@ encoder_backward_wte_chunked_kernel(floatX* dwte, const int4* units, const int* 
     float* my_partials = partials + (size_t)unit * num_groups * c_per_warp;
     bool single_chunk = num_chunks == 1;
 
-    for (int g = 0; g < num_groups; g++) {
-        int c = g * c_per_warp + lane_id * x128::size;
-        bool has_channels = c < C;
-        floatX* dwte_ix = dwte + ix * C + c;
-        // Fetch the old dwte early: its latency overlaps the dout loads.
-        x128 packed_dwte;
-        if (has_channels && single_chunk) { packed_dwte = load128(dwte_ix); }
-
-        float accum[x128::size];
-        for (int k = 0; k < x128::size; k++) { accum[k] = 0.0f; }
-        // Items in order; CHUNK_UNROLL loads are issued before they are added, so several are in flight.
+    // CHUNK_GROUPS channel groups at a time, so that their loads overlap; the order of the adds of each
+    // channel is still item 0, 1, 2, ... of the chunk.
+    for (int g0 = 0; g0 < num_groups; g0 += CHUNK_GROUPS) {
+        bool has_channels[CHUNK_GROUPS];
+        int c[CHUNK_GROUPS];
+        x128 packed_dwte[CHUNK_GROUPS];
+        float accum[CHUNK_GROUPS][x128::size];
+#pragma unroll
+        for (int q = 0; q < CHUNK_GROUPS; q++) {
+            c[q] = (g0 + q) * c_per_warp + lane_id * x128::size;
+            has_channels[q] = g0 + q < num_groups && c[q] < C;
+            // Fetch the old dwte early: its latency overlaps the position and dout loads.
+            if (has_channels[q] && single_chunk) { packed_dwte[q] = load128(dwte + ix * C + c[q]); }
+            for (int k = 0; k < x128::size; k++) { accum[q][k] = 0.0f; }
+        }
+        // Items in order; CHUNK_UNROLL x CHUNK_GROUPS loads are issued before they are added.
         for (int item = 0; item < chunk_size; item += CHUNK_UNROLL) {
-            x128 packed_dout[CHUNK_UNROLL];
+            x128 packed_dout[CHUNK_UNROLL][CHUNK_GROUPS];
 #pragma unroll
             for (int u = 0; u < CHUNK_UNROLL; u++) {
                 int bt = __shfl_sync(0xffffffffu, my_bt, (item + u) % WARP_SIZE);
-                if (has_channels && item + u < chunk_size) { packed_dout[u] = load128cs(dout + bt * C + c); }
+#pragma unroll
+                for (int q = 0; q < CHUNK_GROUPS; q++) {
+                    if (has_channels[q] && item + u < chunk_size) {
+                        packed_dout[u][q] = load128cs(dout + bt * C + c[q]);
+                    }
+                }
             }
 #pragma unroll
             for (int u = 0; u < CHUNK_UNROLL; u++) {
-                if (has_channels && item + u < chunk_size) {
-                    for (int k = 0; k < x128::size; k++) { accum[k] += (float)packed_dout[u][k]; }
+#pragma unroll
+                for (int q = 0; q < CHUNK_GROUPS; q++) {
+                    if (has_channels[q] && item + u < chunk_size) {
+                        for (int k = 0; k < x128::size; k++) { accum[q][k] += (float)packed_dout[u][q][k]; }
+                    }
                 }
             }
         }
-        if (!has_channels) { continue; }
-        if (single_chunk) {
-            for (int k = 0; k < x128::size; k++) {
-                round_to_storage(accum[k] + (float)packed_dwte[k], &packed_dwte[k], (unsigned int)(ix * C + c + k),
-                                 NOISE_STREAM_DWTE, seed);
-            }
-            store128(dwte_ix, packed_dwte);
-        } else {
-            float4* partial = reinterpret_cast<float4*>(my_partials + g * c_per_warp + lane_id * x128::size);
-            for (int q = 0; q < x128::size / 4; q++) {
-                partial[q] = make_float4(accum[4 * q], accum[4 * q + 1], accum[4 * q + 2], accum[4 * q + 3]);
+#pragma unroll
+        for (int q = 0; q < CHUNK_GROUPS; q++) {
+            if (!has_channels[q]) { continue; }
+            if (single_chunk) {
+                for (int k = 0; k < x128::size; k++) {
+                    round_to_storage(accum[q][k] + (float)packed_dwte[q][k], &packed_dwte[q][k],
+                                     (unsigned int)(ix * C + c[q] + k), NOISE_STREAM_DWTE, seed);
+                }
+                store128(dwte + ix * C + c[q], packed_dwte[q]);
+            } else {
+                float4* partial = reinterpret_cast<float4*>(my_partials + (g0 + q) * c_per_warp + lane_id * x128::size);
+                for (int p = 0; p < x128::size / 4; p++) {
+                    partial[p] = make_float4(accum[q][4 * p], accum[q][4 * p + 1], accum[q][4 * p + 2],
+                                             accum[q][4 * p + 3]);
+                }
             }
         }
     }

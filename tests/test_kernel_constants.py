@@ -28,6 +28,8 @@ def _defines(file_name: str) -> dict[str, int]:
     ("bucketing.cu", "NUM_COUNTERS", layout.NUM_COUNTERS),
     ("bucketing.cu", "COUNTER_NUM_BUCKETS", layout.COUNTER_NUM_BUCKETS),
     ("bucketing.cu", "COUNTER_NUM_UNITS", layout.COUNTER_NUM_UNITS),
+    ("bucketing_small.cu", "SMALL_THREADS", layout.SMALL_THREADS),
+    ("encoder_forward.cu", "FORWARD_ROWS", layout.FORWARD_ROWS),
     ("common.cuh", "NOISE_STREAM_DWTE", 0),
     ("common.cuh", "NOISE_STREAM_DWPE", 1),
 ])
@@ -48,3 +50,15 @@ def test_noise_streams_match_rounding():
     defines = _defines("common.cuh")
     assert (defines["NOISE_STREAM_DWTE"], defines["NOISE_STREAM_DWPE"]) == (rounding.NOISE_STREAM_DWTE,
                                                                             rounding.NOISE_STREAM_DWPE)
+
+
+def test_small_bucketing_constants_match():
+    defines = _defines("bucketing_small.cu")
+    assert defines["SMALL_MAX_ITEMS"] * layout.SMALL_THREADS == layout.SMALL_MAX_BT
+    assert 1 << defines["SMALL_POS_BITS"] == layout.SMALL_MAX_BT  # a position fits the key's low bits
+    assert (1 << defines["SMALL_DIGIT_BITS"]) * defines["SMALL_MAX_ITEMS"] * layout.SMALL_THREADS // layout.WARP_SIZE \
+        == layout.SMALL_CNT
+    assert defines["SMALL_POS_BITS"] + 16 <= 32 and layout.SMALL_MAX_V == 1 << 16  # id and position in one word
+    assert defines["SMALL_CHUNK_ITEMS"] == layout.CHUNK_ITEMS
+    for slot in ("NUM_DISTINCT", "MAX_COUNT", "NUM_CLASSES", "NUM_BUCKETS", "NUM_UNITS"):
+        assert defines[f"SMALL_COUNTER_{slot}"] == getattr(layout, f"COUNTER_{slot}")
