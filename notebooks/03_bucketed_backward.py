@@ -22,7 +22,8 @@
 # see why the bucket table is sorted largest first.
 #
 # 0. Setup · 1. One owner per element · 2. The bucket table, step by step · 3. Bucket sizes in practice ·
-# 4. Why largest first · 5. The wte kernel · 6. Run it: same bits, every time · 7. Exercise 3
+# 4. Why largest first · 5. The wte kernel · 6. Run it: same bits, every time · 7. llm.c does it this way ·
+# 8. Exercise 3
 
 # %%
 # 0. Setup: make `import gpt2enc_edu` work. Where the package is installed this does nothing. In a
@@ -88,8 +89,9 @@ display(Markdown(f"```cuda\n{kernel_source('encoder_backward_wpe.cu')}\n```"))
 # ## 2. The bucket table, step by step
 #
 # A toy batch (B = 2, T = 4) and C = 512 bf16 channels. The steps below build the table with plain
-# Python on purpose, to show the idea; the package's `make_buckets` does the same with vectorised
-# NumPy (or with one kernel on the GPU), and that is the table the kernel uses.
+# Python on purpose, to show the idea. The package's `make_buckets` builds the same table with vectorised
+# NumPy for NumPy ids, and **on the GPU, with one kernel, for CuPy ids** (no trip through the host;
+# notebook 06 shows that kernel). Both give the same table, in the same order.
 #
 # **Step 1: the key.** Position `bt = b·T + t` carries token `inp[b, t]`; the token is the key.
 
@@ -174,10 +176,14 @@ ax = plots.bucket_rank_size({kind: t.sizes[t.c_groups == 0] for kind, t in table
 #
 # ## 4. Why largest first
 #
-# The GPU runs a fixed number of blocks at once. Each multiprocessor (SM) holds a few, and when one ends
-# the next block of the launch takes its place, in launch order. `gpt2enc_edu.schedule` simulates exactly
-# that: blocks of cost ∝ bucket size, each given to the slot that frees first. The run ends when the
-# **last** block ends. If a long block starts late, every other slot idles while it finishes.
+# The GPU runs a fixed number of blocks at once. Each multiprocessor (SM) holds a few (each such place is
+# a *block slot*), and when one block ends another block of the launch takes its place. Which one is up to
+# the hardware: CUDA does **not** promise that blocks start in launch order. In practice low block indices
+# go first, and that is all the largest-first table relies on. `gpt2enc_edu.course.schedule` simulates
+# that practice: blocks handed out in launch order, each to the slot that frees first. The run ends when
+# the **last** block ends. If a long block starts late, every other slot idles while it finishes.
+#
+# First a toy where a block's cost is simply its bucket's size.
 #
 # A toy: 48 buckets of one short Zipf sequence on a GPU with 4 slots, launched in table order (largest
 # first), in a random order, and smallest first.
@@ -200,25 +206,28 @@ for name, run in toy_runs.items():
 # twice as long.)
 #
 # At the scale of an H200 (132 SMs, 8 blocks of 256 threads each = 1056 slots) and one GPT-2 micro-batch,
-# with two cost models: a block costs its size, or its size plus a fixed 8 (the start-up work every
-# block does: read the table, load and store `dwte`, round).
+# the cost has to be closer to the kernel (section 5): the **8 warps of a block share its bucket**, one item
+# per warp per round, so a bucket of `size` items takes `ceil(size / 8)` rounds (1 to 8 items: one round),
+# plus a fixed start-up (read the table entry, load and store `dwte`, round), here 0 or 2 rounds.
 
 # %%
 # NBVAL_CHECK_OUTPUT
 slots = schedule.H200_SM_COUNT * schedule.WTE_BLOCKS_PER_SM
-print(f"{slots} slots; makespan / lower bound for each launch order")
-for per_block in (0, 8):
+print(f"{slots} slots; makespan / lower bound for each launch order (cost in rounds of 8 warps)")
+for per_block in (0, 2):
     for kind, t in tables.items():
-        runs = schedule.compare_orders(schedule.block_costs(t, per_block=per_block), slots, seed=0)
+        runs = schedule.compare_orders(schedule.block_costs(t, per_block=per_block, warps=8), slots, seed=0)
         ratios = ", ".join(f"{name} {run.makespan / run.lower_bound:.3f}" for name, run in runs.items())
-        print(f"cost = size + {per_block}, {kind:8s}: lower bound {runs['table'].lower_bound:6.1f}; {ratios}")
+        print(f"cost = ceil(size/8) + {per_block}, {kind:8s}: lower bound {runs['table'].lower_bound:5.1f}, "
+              f"largest block {runs['table'].costs.max():4.0f}; {ratios}")
 
 # %% [markdown]
-# Largest first stays within a few percent of the bound, the other orders pay for a tail. The model also
-# shows where the time goes with real text: the lower bound is the largest bucket itself, which is
-# longer than everything else spread over the 1056 slots. However cleverly the blocks are ordered, one
-# block summing the most frequent token sets the kernel's time. (That is what the package's
-# `method="chunked"` kernel changes: it cuts buckets into chunks of 32 items. Notebook 05 times both.)
+# Largest first reaches the bound, the other orders pay up to a quarter more for a tail. With uniform ids
+# order hardly matters: every bucket is one round. The model also shows where the time goes with text
+# (Zipf and real ids): the lower bound is the **largest block itself**, longer than all the other work
+# spread over the 1056 slots. However cleverly the blocks are ordered, one block summing the most frequent
+# token sets the kernel's time. That is what the package's `method="chunked"` kernel changes: it cuts a
+# token's positions into chunks of 32 and gives each chunk its own warp (notebook 06).
 #
 # ## 5. The wte kernel
 #
@@ -301,12 +310,50 @@ print("shuffled bucket order, same dwte bits:", compare.bitwise_equal(on.dwte, r
 # Compare this with notebook 02: the atomic kernel's bits changed from run to run, these never do, and
 # the GPU and the CPU mirror agree to the last bit.
 #
-# ## 7. Exercise 3: read the bucket table
+# ## 7. llm.c does it this way
+#
+# The scheme is llm.c's: `wte_backward_kernel`, `wpe_backward_kernel` and `encoder_backward` in
+# [`llmc/encoder.cuh`](https://github.com/karpathy/llm.c/blob/master/llmc/encoder.cuh). The package differs
+# in six places; each has a consequence.
+#
+# 1. **What keys the rounding noise.** llm.c draws each element's threshold from
+#    `Get2dNoiseUint(threadIdx.x, blockIdx.x * blockDim.x + blockIdx.y, seed + bucket * WARP_SIZE +
+#    threadIdx.x + k)`: thread, block and **bucket index**. Here it is `noise_2d(element, tensor, seed)`
+#    (notebook 04). So in llm.c the bits of `dwte` depend on which bucket got which index, and that order
+#    comes from a `std::unordered_map` (iteration order unspecified) and a `std::sort` by size (not stable:
+#    ties land in any order). llm.c's `dwte` is reproducible run to run with the same binary and standard
+#    library, but a different compiler or library may give other bits. Here the table order is documented
+#    and, as the shuffle above showed, does not matter anyway.
+# 2. **Who reaches the barrier.** In llm.c, warps with no item (`warp_id >= bucket_size`) and lanes with no
+#    channel (`c >= C`) `return` before `__syncthreads()`; its comment relies on exited threads counting as
+#    arrived. CUDA's programming guide allows `__syncthreads()` only where the whole block reaches it;
+#    exited threads being counted is hardware behaviour, not a documented rule. Here every thread of a
+#    working block reaches the barrier (idle ones simply add nothing), so the kernel stays within the rules
+#    and compute-sanitizer's `synccheck` and `racecheck` have nothing to report.
+# 3. **Item lists.** llm.c files every position once per channel group, under a 64-bit key packing `bt`,
+#    the channel group and the token, and copies a list of B·T·(C/256) entries. Here the channel groups of
+#    a token share **one** list of positions (`bt_list` has B·T entries): a third of the table for C = 768.
+# 4. **Overlap.** llm.c launches the wpe kernel **first**, so the GPU works on `dwpe` while the CPU builds
+#    the buckets. The package's CPU route queues the wpe kernel first too, but with CuPy ids it must then
+#    copy the ids to the host, and that copy waits behind the wpe kernel: the overlap is lost. The GPU route
+#    runs the wpe kernel and the bucketing kernel side by side, on two streams, with no host work at all.
+# 5. **The ids on the host.** llm.c's `encoder_backward` takes `inputs_cpu`: the training loop already holds
+#    the ids on the host, so its bucketing costs no device-to-host copy. A CuPy caller here has the ids on the
+#    GPU only, which is why the GPU-built table (notebook 06) matters.
+# 6. **Streaming loads**: both read `dout` with `load128cs` (each pack is read by one bucket only).
+#
+# What follows, measured on the same inputs (H200, llm.c commit `f1e2ace6`, B = 64, one run): our `dwpe`
+# and `dwte` differ from llm.c's **only through the rounding keys**, by at most 1 ULP, both stochastic-rounding
+# neighbours of the same fp32 sums, with the same largest relative error against float64 (0.0077). llm.c's
+# wte kernel took 139 µs (uniform ids) and 432 µs (Zipf 1.1); its whole backward 76.6 ms and 18.2 ms, almost
+# all of it host bucketing (a hash map over 65,536 × 3 entries, a sort, two copies).
+#
+# ## 8. Exercise 3: read the bucket table
 #
 # Which block reads `dout[b, t, c]`? Write `locate(table, inp, b, t, c)` returning `(bucket, item)`: the
 # index of the bucket in `table` that reads that gradient, and its place in the bucket's list of
 # positions (`table.bt_list[start + item] == b * T + t`). `table` comes from `enc.make_buckets(inp, C,
-# dtype)` with a NumPy `inp`; the table is built on the CPU here (in the package too).
+# dtype)` with a NumPy `inp`, so here it is built on the CPU (for CuPy ids the package builds it on the GPU).
 #
 # *Hint:* the bucket's token is `inp[b, t]` and its channel group is `c // table.c_per_group`. The
 # table's `token_ids`, `c_groups`, `starts` and `sizes` properties are columns of `info`. Solution:
