@@ -22,8 +22,8 @@
 # threshold.
 #
 # 0. Setup · 1. bf16 drops small updates · 2. Drift: many small additions · 3. SquirrelNoise5 ·
-# 4. The 16-bit threshold trick · 5. Why key the noise by element and seed · 6. Through the real kernels ·
-# 7. Exercise 4
+# 4. The 16-bit threshold trick · 5. Why key the noise by element and seed · 6. llm.c does it this way ·
+# 7. Through the real kernels · 8. Exercise 4
 
 # %%
 # 0. Setup: make `import gpt2enc_edu` work. Where the package is installed this does nothing. In a
@@ -230,7 +230,34 @@ print("  fresh seed every step:", fresh[:, -1].astype(np.float64).tolist())
 print("  the same seed        :", fixed[:, -1].astype(np.float64).tolist())
 
 # %% [markdown]
-# ## 6. Through the real kernels
+# ## 6. llm.c does it this way
+#
+# The threshold trick and SquirrelNoise5 are llm.c's (`stochastic_rounding` in its `llmc/cuda_utils.cuh`,
+# called from [`llmc/encoder.cuh`](https://github.com/karpathy/llm.c/blob/master/llmc/encoder.cuh)). The
+# key differs. llm.c draws
+#
+# ```c
+# Get2dNoiseUint(threadIdx.x, blockIdx.x * blockDim.x + blockIdx.y, seed')
+# // wte kernel: seed' = seed + bucket * WARP_SIZE + threadIdx.x + k
+# // wpe kernel: seed' = seed + idx + k
+# ```
+#
+# so an element's random number depends on **which thread of which block wrote it**, and for `dwte` on the
+# index of its bucket. Three consequences:
+#
+# * the bits of llm.c's `dwte` change if the bucket order changes, and that order comes from an
+#   `unordered_map` and an unstable `std::sort` (notebook 03): reproducible with the same binary and
+#   standard library, not across them;
+# * a different launch shape (block size, a kernel that splits buckets, like the chunked one of notebook
+#   06) would round differently, so every variant would need its own reference bits;
+# * a CPU mirror would have to replay the launch to draw the same numbers.
+#
+# Keyed by `(element, tensor, seed)`, none of this arises: every kernel variant, any table order and the
+# NumPy mirror round each element with the same threshold. Measured against llm.c on the same inputs (H200,
+# llm.c commit `f1e2ace6`): the two `dwte` and `dwpe` differ by at most 1 ULP, each element one of the two
+# bf16 neighbours of the same fp32 sum, and both have the same largest relative error against float64.
+#
+# ## 7. Through the real kernels
 #
 # The same experiment with `encoder_backward` itself, on the active backend: one token at one position
 # (B = T = 1, V = 1, C = 64 bf16 channels), `dwte` starting at 1.0, and a gradient of 1e-3 every step,
@@ -267,7 +294,7 @@ for method, dwte in finals.items():
 # checksum of the bucketed result is the same on the GPU and in the CPU mirror: stochastic, yet
 # reproducible.
 #
-# ## 7. Exercise 4: the probability of rounding away from zero
+# ## 8. Exercise 4: the probability of rounding away from zero
 #
 # Write `away_from_zero_probability(x)`: for each fp32 value of the array `x` (NumPy or CuPy), the
 # probability that stochastic rounding stores the bf16 neighbour farther from zero. Values that bf16
