@@ -154,7 +154,8 @@ def plot_roofline(rows, *, fig=None, meta=None):
                         label=case.label)
         if rate is not None:
             ax.axhline(rate / 1e9, color="black", lw=1.5, label=f"copy rate (roof), {rate / 1e9:.0f} GB/s")
-            ax.set_ylim(top=2 * rate / 1e9)
+            lowest = min(r["achieved_GBps"] for r in rows if r["ids"] == kind)
+            ax.set_ylim(min(lowest, rate / 1e9) / 2, 2 * rate / 1e9)
         _batch_axis(ax, rows)
         ax.set_yscale("log")
         ax.set_title(f"{kind} ids")

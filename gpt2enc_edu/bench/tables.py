@@ -34,8 +34,9 @@ def _cell(row: dict | None) -> str:
     if row is None:
         return "-"
     text = format_time_us(row["median_us"])
-    if row["pct_of_floor"] is not None:
-        text += f" ({row['pct_of_floor']:.0f}%)"
+    pct = row["pct_of_floor"]
+    if pct is not None:
+        text += " (<1%)" if pct < 0.5 else f" ({pct:.0f}%)"
     return text
 
 
