@@ -77,6 +77,47 @@ print("gpu_status():", enc.gpu_status())
 # `dout[B-1, t, c]`. One thread per 128-bit pack of `dwpe` loops over `b = 0, 1, …, B-1`, adds the
 # old value and rounds once:
 
+# %% [markdown]
+# ### Build it first: the wpe kernel as a Python function of one thread
+#
+# Before the CUDA below, write this kernel yourself, in Python: a function of one thread (`cuda.blockIdx.x`,
+# `cuda.threadIdx.x`, `cuda.blockDim.x`), run over the grid with the real launch shape by
+# `gpt2enc_edu.course.grid` (arrays flat, like CUDA pointers). `load128`/`store128` move a 128-bit pack,
+# `fadd` adds in fp32 as the GPU does, `to_float` converts, and
+# `round_to_storage(value, dtype, element, NOISE_STREAM_DWPE, seed)` rounds as the kernel does (stochastic
+# for bf16, keyed by each element's flat index in `dwpe`: notebook 04). The check draws fresh problems and
+# wants the mirror's bits exactly: the order of the adds matters. Try it, then scroll on for the package's
+# form. Worked solution: `solutions/perthread.py` (outside the package).
+
+# %%
+import inspect
+
+from gpt2enc_edu.course import buildit, perthread, skeletons
+from gpt2enc_edu.course.grid import fadd, load128, round_to_storage, store128, to_float
+from gpt2enc_edu.rounding import NOISE_STREAM_DWPE, NOISE_STREAM_DWTE
+
+
+def my_wpe_backward(cuda, dwpe, dout, B, T, C, seed):
+    """Build it: the wpe backward, one thread (about 12 lines)."""
+    raise NotImplementedError("write the wpe backward for one thread")
+
+
+# %%
+verdict = buildit.check_backward_wpe(my_wpe_backward)
+verdict.show()
+
+# %% [markdown]
+# The package's per-thread form (`gpt2enc_edu/course/perthread.py`), line for line the CUDA kernel below;
+# it gives the mirror's bits:
+
+# %%
+display(Markdown(f"```python\n{inspect.getsource(perthread.encoder_backward_wpe)}\n```"))
+small = random_problem(3, 6, 16, 9, maxT=8, rng=np.random.default_rng(6))
+dwpe_per_thread, dwpe_mirror = small.dwpe.copy(), small.dwpe.copy()
+perthread.launch_backward_wpe(perthread.encoder_backward_wpe, dwpe_per_thread, small.dout, 42)
+mirror.encoder_backward_wpe(dwpe_mirror, small.dout, small.B, small.T, small.C, 42)
+print("per-thread Python == NumPy mirror, bit for bit:", compare.bitwise_equal(dwpe_per_thread, dwpe_mirror))
+
 # %%
 display(Markdown(f"```cuda\n{kernel_source('encoder_backward_wpe.cu')}\n```"))
 
@@ -240,6 +281,50 @@ for per_block in (0, 2):
 # `(token, channel)` and the seed, not by the block or the thread, so the order in which blocks run
 # cannot change them either.
 
+# %% [markdown]
+# ### Build it first: the wte kernel in Python, with a barrier
+#
+# This kernel needs two things the earlier ones did not, and the emulator has both. **Shared memory**:
+# `cuda.shared_array(name, shape, dtype)` is one array per block, the same for every thread of it (it
+# starts as NaN, so reading a slot nobody wrote shows). **A barrier**: `yield cuda.syncthreads()` waits
+# until every thread of the block has arrived (a thread that uses it is a Python generator). Every thread
+# must reach it: a thread that returns early while the others wait is reported as the hazard it is (on a
+# GPU, a hang or garbage). Between barriers the threads run in a random order, so reading another thread's
+# write without the barrier shows too.
+#
+# Arguments: `bucket_info` is the table's `info` flattened (4 ints per bucket: start, size, token,
+# channel group), `num_buckets` a 1-element array, one block of `WTE_BLOCK_SIZE = 256` threads per bucket.
+# Round with `round_to_storage(value, dtype, element, NOISE_STREAM_DWTE, seed)`. The check draws fresh
+# problems, with one-item buckets, a token seen 3000 times and C = 776 (lanes with no channels), and
+# wants the mirror's bits. Try it, then scroll on. Worked solution: `solutions/perthread.py`.
+
+# %%
+from gpt2enc_edu.layout import WARP_SIZE, WTE_BLOCK_SIZE, WTE_WARPS
+
+
+def my_wte_backward(cuda, dwte, bucket_info, bt_list, dout, num_buckets, C, seed):
+    """Build it: the bucketed wte backward, one thread of a 256-thread block (about 30 lines)."""
+    raise NotImplementedError("write the bucketed wte backward for one thread")
+
+
+# %%
+verdict = buildit.check_backward_wte_bucketed(my_wte_backward)
+verdict.show()
+
+# %% [markdown]
+# The package's per-thread form (`gpt2enc_edu/course/perthread.py`), line for line the CUDA kernel below,
+# barrier included; it gives the mirror's bits:
+
+# %%
+display(Markdown(f"```python\n{inspect.getsource(perthread.encoder_backward_wte_bucketed)}\n```"))
+small = random_problem(2, 12, 24, 5, rng=np.random.default_rng(7))
+small_table = enc.make_buckets(small.inp, small.C, small.dtype)
+dwte_per_thread, dwte_mirror = small.dwte.copy(), small.dwte.copy()
+perthread.launch_backward_wte_bucketed(perthread.encoder_backward_wte_bucketed, dwte_per_thread, small_table,
+                                       small.dout, 42)
+mirror.encoder_backward_wte_bucketed(dwte_mirror, small_table, small.dout, small.C, 42)
+print("per-thread Python == NumPy mirror, bit for bit:", compare.bitwise_equal(dwte_per_thread, dwte_mirror))
+
 # %%
 display(Markdown(f"```cuda\n{kernel_source('encoder_backward_wte_bucketed.cu')}\n```"))
 
@@ -356,8 +441,10 @@ print("shuffled bucket order, same dwte bits:", compare.bitwise_equal(on.dwte, r
 # dtype)` with a NumPy `inp`, so here it is built on the CPU (for CuPy ids the package builds it on the GPU).
 #
 # *Hint:* the bucket's token is `inp[b, t]` and its channel group is `c // table.c_per_group`. The
-# table's `token_ids`, `c_groups`, `starts` and `sizes` properties are columns of `info`. Solution:
-# `solutions/exercises.py` (in the repository, outside the package).
+# table's `token_ids`, `c_groups`, `starts` and `sizes` properties are columns of `info`. Answer with
+# integers (`bucket` and `item` are indices). The check draws its batches and picks when it runs. Solution:
+# `solutions/exercises.py` (in the repository, outside the package). After it come the CUDA build-it
+# exercises for this notebook's two kernels.
 
 # %%
 def locate(table, inp, b, t, c):
@@ -367,3 +454,37 @@ def locate(table, inp, b, t, c):
 
 # %%
 done = exercises.check_locate(locate)
+
+# %% [markdown]
+# ### Build them in CUDA
+#
+# With a GPU, write the two kernels themselves. Below are `kernels/encoder_backward_wpe.cu` and
+# `kernels/encoder_backward_wte_bucketed.cu` with the kernels' bodies cut out, made from the files when
+# the cells run. Write each body into its string. The check compiles it with the package's own loader
+# (same `common.cuh`, same flags, bf16 and fp32), launches it with the real launch shape on problems drawn
+# when it runs, compares its bits with the mirror, and on success times it next to the package's kernel.
+# Worked solutions: `solutions/cuda/wpe.cu` and `solutions/cuda/wte_bucketed.cu` (outside the package).
+
+# %%
+display(Markdown(f"```cuda\n{skeletons.skeleton('wpe')}\n```"))
+
+# %%
+my_wpe_cu = r"""
+    // ===== YOUR CODE HERE =====
+"""
+
+# %%
+verdict = buildit.check_backward_wpe(my_wpe_cu)
+verdict.show()
+
+# %%
+display(Markdown(f"```cuda\n{skeletons.skeleton('wte_bucketed')}\n```"))
+
+# %%
+my_wte_cu = r"""
+    // ===== YOUR CODE HERE =====
+"""
+
+# %%
+verdict = buildit.check_backward_wte_bucketed(my_wte_cu)
+verdict.show()
