@@ -298,10 +298,14 @@ for method, dwte in finals.items():
 #
 # Write `away_from_zero_probability(x)`: for each fp32 value of the array `x` (NumPy or CuPy), the
 # probability that stochastic rounding stores the bf16 neighbour farther from zero. Values that bf16
-# holds exactly must get 0. The check draws the package's rounding 65536 times per value and compares.
+# holds exactly must get 0. Every such probability is a multiple of 1/65536, so the check asks for it
+# exactly: it hands you values with all 65536 patterns of the bits bf16 drops (under signs and exponents
+# drawn when it runs), then shows a few of your answers next to the package's rounding, drawn with a fresh
+# seed.
 #
-# *Hint:* `x.view(xp.uint32)` gives the bits; which bits does bf16 drop, and what does the threshold
-# compare them with? Solution: `solutions/exercises.py` (in the repository, outside the package).
+# *Hint:* section 3 (the threshold trick) and `round_to_storage` in `kernels/common.cuh`: which bits does
+# bf16 drop, and what is the threshold compared with? Solution: `solutions/exercises.py` (in the
+# repository, outside the package).
 
 # %%
 def away_from_zero_probability(x):
