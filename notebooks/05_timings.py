@@ -111,9 +111,12 @@ for kind in bench.ID_KINDS:
 # ids `inp` (B, T), C channels and `itemsize` bytes per stored element (2 for bf16, 4 for fp32). It works
 # on the active backend: `inp` is a NumPy or CuPy array.
 #
-# *Hint:* `dout` is read once; every dwte row the batch touches and every one of the T dwpe rows is read
-# **and** written (the backward adds into them); the int32 ids are read once. How many dwte rows? As many as
-# distinct ids: `xp.unique(inp).size`. Solution: `solutions/exercises.py` (in the repository, outside the package).
+# The answer is a number of bytes: an integer (`12.0` or `12 + 0.9` is refused). The check draws its id
+# batches and shapes when it runs.
+#
+# *Hint:* the floor section of this notebook: which arrays must the backward read, which must it write
+# (it adds into the gradients), and which rows of `dwte` does a batch touch at all? Solution:
+# `solutions/exercises.py` (in the repository, outside the package).
 
 # %%
 def backward_bytes(inp, C, itemsize):
