@@ -6,8 +6,8 @@ the repository (``COMMITTED``); ``python -m gpt2enc_edu.course.measured --out DI
 
 * ``forward_versions``: versions 1, 2 and 3 of the forward kernel (``cuda.encoder_forward_version``) at
   a few batch sizes, with the memory floor (minimal bytes over a device copy rate measured in the same run);
-* ``bucketing_phases``: the GPU bucketing kernel's cost split by phase at B=1
-  (``gpu_buckets.phase_times_us``), next to the whole kernel.
+* ``bucketing_phases``: the GPU bucketing kernel's cost split by phase at B=1 and B=64
+  (``gpu_buckets.phase_times_us``: runs stopped after each phase, differences taken).
 
 Timing: CUDA events around each call, median of ``repeats``; before every repeat a buffer of twice the L2
 size is overwritten so that inputs come from HBM.
@@ -114,16 +114,18 @@ def measure_forward_versions(cupy, batches=FORWARD_BATCHES, repeats: int = 50) -
             "repeats": repeats, "rows": rows}
 
 
-def measure_bucketing_phases(cupy, B: int = 1, repeats: int = 50) -> dict:
-    """The GPU bucketing kernel at batch ``B``: the whole kernel, and per phase where the package can say."""
-    inp = cupy.asarray(make_ids("real", B, T, seed=0))
-    time = _timer(cupy, repeats)
-    whole = time(lambda: gpu_buckets.build_bucket_table_gpu(inp, C, bfloat16, V))
-    phases = None
-    if hasattr(gpu_buckets, "phase_times_us"):
-        phases = {str(k): float(v) for k, v in dict(gpu_buckets.phase_times_us(inp, C, bfloat16, V)).items()}
-    return {"B": B, "T": T, "C": C, "V": V, "ids": "real", "whole_us": whole, "phases_us": phases,
-            "repeats": repeats}
+def measure_bucketing_phases(cupy, batches=(1, 64), repeats: int = 20) -> dict:
+    """The GPU bucketing kernel, phase by phase (``gpu_buckets.phase_times_us``), at each batch size: B*T up
+    to 8192 ids takes the one-block kernel, more the cooperative one."""
+    runs = []
+    for B in batches:
+        inp = cupy.asarray(make_ids("real", B, T, seed=0))
+        times = dict(gpu_buckets.phase_times_us(inp, C, bfloat16, V, repeats=repeats))
+        kernel = times.pop("kernel")
+        total = times.pop("total")
+        runs.append({"B": B, "kernel": kernel, "phases_us": {k: float(v) for k, v in times.items()},
+                     "total_us": float(total)})
+    return {"T": T, "C": C, "V": V, "ids": "real", "repeats": repeats, "runs": runs}
 
 
 def _device_meta(cupy) -> dict:

@@ -40,23 +40,29 @@ def forward_versions(data: dict | None, *, ax=None):
     return ax
 
 
-def bucketing_phases(data: dict | None, *, ax=None):
-    """Horizontal bars: the GPU bucketing kernel's cost per phase at one batch size, and the whole kernel."""
-    ax = axes_or_new(ax, (6.5, 3.2))
-    if not data:
-        ax.text(0.5, 0.5, "no measurements: no GPU and no committed numbers", ha="center", transform=ax.transAxes)
-        return ax
-    phases = data.get("phases_us") or {}
-    labels = [*phases, "whole kernel"]
-    values = [*phases.values(), data["whole_us"]]
-    bars = ax.barh(range(len(labels)), values, color=["tab:blue"] * len(phases) + ["tab:gray"])
-    ax.bar_label(bars, fmt="%.1f µs", fontsize=7, padding=2)
-    ax.set_yticks(range(len(labels)), labels, fontsize=8)
-    ax.set_ylim(len(labels) - 0.5, -0.5)
-    ax.set_xlim(0, max(values) * 1.25)
-    ax.set_xlabel("µs")
-    ax.set_title(f"GPU bucketing at B={data['B']}, T={data['T']} ({data['device']})", fontsize=9)
-    return ax
+def bucketing_phases(data: dict | None):
+    """One panel per batch size: the GPU bucketing kernel's cost per phase (the first bar, "launch", is a
+    run that returns at once), and the whole kernel (grey)."""
+    import matplotlib.pyplot as plt
+
+    runs = (data or {}).get("runs") or []
+    fig, axes = plt.subplots(1, max(len(runs), 1), figsize=(5.2 * max(len(runs), 1), 3.4), dpi=DPI,
+                             layout="constrained", squeeze=False)
+    if not runs:
+        axes[0, 0].text(0.5, 0.5, "no measurements: no GPU and no committed numbers", ha="center")
+        return fig
+    for ax, run in zip(axes[0], runs):
+        labels = [*run["phases_us"], "whole kernel"]
+        values = [max(v, 0.0) for v in run["phases_us"].values()] + [run["total_us"]]
+        bars = ax.barh(range(len(labels)), values, color=["tab:blue"] * (len(labels) - 1) + ["tab:gray"])
+        ax.bar_label(bars, fmt="%.1f", fontsize=7, padding=2)
+        ax.set_yticks(range(len(labels)), labels, fontsize=8)
+        ax.set_ylim(len(labels) - 0.5, -0.5)
+        ax.set_xlim(0, max(values) * 1.3)
+        ax.set_xlabel("µs per call")
+        ax.set_title(f"B={run['B']}: {run['kernel']}", fontsize=9)
+    fig.suptitle(f"GPU bucketing, T={data['T']}, real ids ({data['device']}, {data['date']})", fontsize=10)
+    return fig
 
 
 def _series(rows, case: str, kind: str):
