@@ -217,3 +217,13 @@ def test_cuda_compile_error_is_reported(capsys):
 
 def test_emulator_names_are_the_ones_the_solutions_use():
     assert grid.read_only and grid.launch
+
+
+def test_cuda_form_without_a_gpu_says_so(capsys):
+    from gpt2enc_edu.backend import gpu_status
+
+    if gpu_status().name == "cuda":
+        pytest.skip("a GPU is here: the gpu-marked tests cover the CUDA form")
+    verdict = buildit.check("forward", (CUDA_SOLUTIONS / "forward.cu").read_text())
+    assert not verdict and verdict.message == "no GPU"
+    assert "needs a GPU" in capsys.readouterr().out
