@@ -1,4 +1,9 @@
-"""Shared fixtures: the two backends, fresh random generators, and the GPU mark's skip rule."""
+"""Shared fixtures: the two backends, fresh random generators, and the GPU mark's skip rule.
+
+Without a GPU every test marked ``gpu`` is skipped, and the summary (``-ra``) gives them one line,
+``SKIPPED [N] GPU tests (mark "gpu"): no CUDA backend: <why>``, instead of one line per test function
+(and likewise one line for the PyTorch tests without torch); other skips keep their own lines.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +13,38 @@ import pytest
 from gpt2enc_edu.backend import gpu_status
 
 GPU = gpu_status()
+GPU_SKIP_REASON = f"no CUDA backend: {GPU.reason}"
 
 
 def pytest_collection_modifyitems(config, items):
     if GPU.name == "cuda":
         return
-    skip = pytest.mark.skip(reason=f"no CUDA backend: {GPU.reason}")
+    skip = pytest.mark.skip(reason=GPU_SKIP_REASON)
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def _skip_group(reason: str) -> str | None:
+    """The one summary line a skip belongs to: the GPU tests, the PyTorch tests, or its own (``None``)."""
+    if reason == GPU_SKIP_REASON:
+        return 'GPU tests (mark "gpu")'
+    if reason.startswith("could not import 'torch'"):
+        return "PyTorch tests"
+    return None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Give every GPU skip (and every no-torch skip) one location, so the short summary folds them."""
+    report = yield
+    longrepr = report.longrepr
+    if report.skipped and isinstance(longrepr, tuple) and len(longrepr) == 3:
+        reason = str(longrepr[2]).removeprefix("Skipped: ")
+        group = _skip_group(reason)
+        if group:
+            report.longrepr = (group, None, reason)
+    return report
 
 
 @pytest.fixture
