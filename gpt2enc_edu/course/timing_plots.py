@@ -36,7 +36,8 @@ def forward_versions(data: dict | None, *, ax=None):
     ax.set_ylabel("time per call (µs, log)")
     ax.set_title(f"forward versions, T={data['T']}, C={data['C']}, bf16, {data['ids']} ids ({data['device']})",
                  fontsize=9)
-    ax.legend(fontsize=8)
+    ax.set_ylim(top=ax.get_ylim()[1] * 2)
+    ax.legend(fontsize=8, loc="upper left", ncols=2)
     return ax
 
 
