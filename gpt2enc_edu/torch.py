@@ -89,8 +89,19 @@ def on_torch_stream(device: torch.device):
 
     index = device.index if device.index is not None else torch.cuda.current_device()
     stream = torch.cuda.current_stream(index)
-    with cupy.cuda.Device(index), cupy.cuda.ExternalStream(stream.cuda_stream, index):
+    with cupy.cuda.Device(index), _cupy_stream(cupy, stream, index):
         yield
+
+
+def _cupy_stream(cupy, stream, index: int):
+    """torch's ``stream`` as a CuPy stream: ``Stream.from_external`` (CuPy 14), else ``ExternalStream``."""
+    from_external = getattr(cupy.cuda.Stream, "from_external", None)
+    if from_external is not None:
+        try:
+            return from_external(stream)
+        except (TypeError, AttributeError, ValueError):
+            pass
+    return cupy.cuda.ExternalStream(stream.cuda_stream, index)
 
 
 def draw_seed(generator: torch.Generator | None = None) -> int:
@@ -180,18 +191,19 @@ class GPT2Embedding(nn.Module):
     ``forward(ids)`` with (B, T) ids, ``T <= maxT``, returns (B, T, C) in the parameters' dtype. Parameters
     start as GPT-2's: normal with std 0.02 (wte) and 0.01 (wpe), drawn from ``torch``'s global generator.
     ``generator`` (a CPU ``torch.Generator``) gives the stochastic-rounding seeds; ``None`` uses torch's
-    default one.
+    default one. ``check_ids`` checks every forward's ids against ``V``: one reduction and a host sync, which
+    stops the CPU from queueing work ahead of the GPU; ``False`` skips it (bad ids then corrupt memory).
     """
 
     def __init__(self, vocab_size: int, max_positions: int, channels: int, *, dtype=torch.bfloat16,
                  device=None, method: str = "chunked", bucketing: str = "auto",
-                 generator: torch.Generator | None = None):
+                 generator: torch.Generator | None = None, check_ids: bool = True):
         super().__init__()
         if dtype not in _STORAGE:
             raise TypeError(f"dtype must be torch.bfloat16 or torch.float32, not {dtype}")
         self.wte = nn.Parameter(torch.empty(vocab_size, channels, dtype=dtype, device=device))
         self.wpe = nn.Parameter(torch.empty(max_positions, channels, dtype=dtype, device=device))
-        self.method, self.bucketing, self.generator = method, bucketing, generator
+        self.method, self.bucketing, self.generator, self.check_ids = method, bucketing, generator, check_ids
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -200,7 +212,7 @@ class GPT2Embedding(nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return encoder(ids, self.wte, self.wpe, method=self.method, bucketing=self.bucketing,
-                       generator=self.generator)
+                       generator=self.generator, check_ids=self.check_ids)
 
     def extra_repr(self) -> str:
         V, C = self.wte.shape

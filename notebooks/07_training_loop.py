@@ -134,6 +134,7 @@ else:
     print(inspect.getsource(training.Block.attention))
     print(inspect.getsource(training.TinyGPT.forward))
 
+
 # %% [markdown]
 # ## 3. Two runs with the deterministic encoder: the same bits
 #
@@ -166,13 +167,15 @@ else:
 # test, passed by a model whose embedding gradient sums thousands of repeated tokens per step (" the", ",",
 # "\n") in an order that never changes.
 #
-# ## 4. Two runs with the atomic encoder backward: they part
+# ## 4. Two runs with the atomic encoder backward
 #
-# `method="atomic"` adds with `atomicAdd` in fp32 (then rounds to the storage dtype once);
-# `method="atomic_bf16"` adds bf16 values with `atomicAdd` directly, as a naive bf16 kernel would. The order
-# of the adds depends on thread scheduling, so the sums' last bits do, and after one step differs the runs
-# never meet again: the weights differ, then every later loss. (On the CPU the mirror draws a random order
-# each call to play the scheduler.)
+# `method="atomic_bf16"` adds bf16 values with `atomicAdd` directly, as a naive bf16 kernel would: the order
+# of the adds depends on thread scheduling, every add rounds to 8 significant bits, so the sums differ from
+# run to run, and once one gradient differs the runs never meet again. `method="atomic"` adds in fp32 and
+# rounds to the storage dtype once: its order-dependent last fp32 bits change the result only where a sum
+# lies within that wobble of a rounding boundary. Rounded to bf16 that is rare, and two runs may well agree
+# for many steps; in fp32 storage (the CPU configuration) they part within a few steps. Either way nothing
+# *guarantees* agreement. (On the CPU the mirror draws a random order each call to play the scheduler.)
 
 # %%
 if torch is None:
@@ -184,9 +187,9 @@ else:
         show(f"ours, {method}", *RUNS[method])
 
 # %% [markdown]
-# Where the atomic runs part, the losses of the first steps still agree: the first gradient that differs only
-# changes the weights of the next step. A difference in the last bit of one gradient element grows: AdamW
-# normalises updates, and the model's chaotic dynamics do the rest.
+# Where the runs part, the loss of the step whose gradient first differed still agrees: a different gradient
+# changes only the *next* step's weights. From there a difference in the last bit of one weight grows: AdamW
+# normalises updates, and training dynamics amplify small perturbations.
 #
 # ## 5. PyTorch's `nn.Embedding`, with and without `torch.use_deterministic_algorithms(True)`
 #
@@ -216,6 +219,26 @@ else:
         parts = a.parts_from(b)
         same = "identical" if parts is None and a.weights_hash == b.weights_hash else f"part at {parts}"
         print(f"{label:<28} {a.step_ms:>11.2f}  {same:<10} {a.losses[0].item():>11.4f}")
+
+# %% [markdown]
+# A whole step of this small model is mostly other work (and, at these sizes, Python and kernel launches).
+# The encoder alone, forward plus backward into `.grad`, timed from the host around synchronised calls (so
+# Python, launches and the id check are included, as a training step pays them). On the GPU at GPT-2 size
+# (B = 8, T = 1024, C = 768, V = 50,257, bf16); on the CPU at this notebook's CPU size, where "ours" is the
+# NumPy mirror, written to show the kernels' arithmetic, not to be fast. `check_ids=False` skips the id range
+# check, whose host sync also stops the CPU from queueing work ahead of the GPU.
+
+# %%
+if torch is None:
+    print("skipped: no PyTorch")
+else:
+    if DEVICE.type == "cuda":
+        sizes = dict(B=8, T=1024, C=768, V=50257, dtype=torch.bfloat16)
+    else:
+        sizes = dict(B=CFG.batch_size, T=CFG.block_size, C=CFG.n_embd, V=6404, dtype=CFG.dtype)
+    print(sizes)
+    for label, ms in training.time_encoders(**sizes, device=DEVICE).items():
+        print(f"{label:<34} {ms:8.3f} ms")
 
 # %% [markdown]
 # ## 6. What made the rest of the model deterministic

@@ -150,6 +150,7 @@ class FakeHost:
         self.commands.append(command[-1])
         if "gpt2enc" in command[-1] or command[-1].startswith(str(ROOT)):
             self.installed = True
+            sys.path.append(str(ROOT))  # where "site-packages" now holds the package
         return 0
 
     def find_spec(self, name, path=None, target=None):

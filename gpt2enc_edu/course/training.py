@@ -15,6 +15,7 @@ nondeterministic (it does not know the package's kernels: their determinism is t
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 from dataclasses import dataclass, replace
@@ -169,14 +170,23 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+@contextlib.contextmanager
+def deterministic_algorithms(flag: bool):
+    """``torch.use_deterministic_algorithms(flag)`` inside the block, the previous setting after it."""
+    previous = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    torch.use_deterministic_algorithms(flag)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])
+
+
 def train(cfg: Config, *, encoder: str = "ours", method: str = "chunked", deterministic: bool = True,
           seed: int = 1337, device="cpu") -> Run:
     """Train a fresh ``TinyGPT`` for ``cfg.steps`` AdamW steps; ``deterministic`` sets PyTorch's switch."""
     device = torch.device(device)
     data, vocab_size = token_data(cfg)
-    previous = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
-    torch.use_deterministic_algorithms(deterministic)
-    try:
+    with deterministic_algorithms(deterministic):
         torch.manual_seed(seed)
         model = TinyGPT(cfg, vocab_size, encoder=encoder, method=method, device=device,
                         generator=torch.Generator().manual_seed(seed + 1))
@@ -193,7 +203,46 @@ def train(cfg: Config, *, encoder: str = "ours", method: str = "chunked", determ
             _sync(device)
             times.append(time.perf_counter() - start)
             losses.append(loss.detach())
-    finally:
-        torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])
     losses = torch.stack(losses).float().cpu()
     return Run(losses, digest(losses), digest(*model.parameters()), 1e3 * float(np.median(times[1:] or times)))
+
+
+#: The encoders ``time_encoders`` times: (label, encoder, method, check_ids, deterministic algorithms).
+ENCODER_VARIANTS = [
+    ("ours, chunked", "ours", "chunked", True, True),
+    ("ours, chunked, check_ids=False", "ours", "chunked", False, True),
+    ("ours, bucketed", "ours", "bucketed", True, True),
+    ("ours, atomic_bf16", "ours", "atomic_bf16", True, True),
+    ("nn.Embedding, deterministic", "torch", None, True, True),
+    ("nn.Embedding, not deterministic", "torch", None, True, False),
+]
+
+
+def time_encoders(B: int, T: int, C: int, V: int, *, dtype, device, repeats: int = 20) -> dict[str, float]:
+    """Median milliseconds of one encoder forward + backward (into ``.grad``) per variant, real GPT-2 ids.
+
+    Host-side time around a synchronised call: what a training step pays, Python and launches included.
+    """
+    device = torch.device(device)
+    ids = torch.from_numpy(gpt2_sample_ids()[: B * T].reshape(B, T) % V).to(device)
+    dout = torch.randn(B, T, C, generator=torch.Generator().manual_seed(0)).to(device, dtype)
+    times = {}
+    for label, encoder, method, check_ids, deterministic in ENCODER_VARIANTS:
+        if method == "atomic_bf16" and dtype != torch.bfloat16:
+            continue
+        if encoder == "ours":
+            module = GPT2Embedding(V, T, C, dtype=dtype, device=device, method=method, check_ids=check_ids)
+        else:
+            module = TorchEmbedding(V, T, C, dtype=dtype, device=device)
+        samples = []
+        with deterministic_algorithms(deterministic):
+            for i in range(repeats + 3):
+                module.zero_grad(set_to_none=True)
+                _sync(device)
+                start = time.perf_counter()
+                module(ids).backward(dout)
+                _sync(device)
+                if i >= 3:  # the first calls compile kernels and warm caches
+                    samples.append(time.perf_counter() - start)
+        times[label] = 1e3 * float(np.median(samples))
+    return times
