@@ -205,3 +205,11 @@ def test_installed_package_on_a_host_only_adds_cupy(notebook, monkeypatch, tmp_p
     host = FakeHost(monkeypatch, hosted_env="KAGGLE_KERNEL_RUN_TYPE", importable=True)
     run_cell(notebook, tmp_path, monkeypatch)
     assert host.commands == ["cupy-cuda12x"]
+
+
+def test_readme_links_name_the_repository_of_hosted_py():
+    readme = (ROOT / "README.md").read_text()
+    assert hosted.colab_url("07_training_loop.ipynb") in readme
+    assert f"kaggle.com/kernels/welcome?src=https://github.com/{hosted.REPO}/blob/{hosted.BRANCH}/notebooks/" in readme
+    named = set(re.findall(r"github\.com/([\w.-]+/gpt2enc-edu)", readme))
+    assert named == {hosted.REPO}
