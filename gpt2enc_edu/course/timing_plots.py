@@ -71,6 +71,25 @@ def _series(rows, case: str, kind: str):
     return [int(r["B"]) for r in picked], [float(r["median_us"]) for r in picked]
 
 
+def _batch_axis(ax, rows) -> None:
+    """Log-log axes with the measured batch sizes as plain-number ticks."""
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    batches = sorted({int(r["B"]) for r in rows})
+    ax.set_xticks(batches, [str(b) for b in batches])
+    ax.minorticks_off()
+    ax.set_xlabel("batch size B")
+
+
+def spread_by_kind(rows, case: str) -> dict[int, dict[str, float]]:
+    """``{B: {kind: median_us}}`` of one case: how much the kind of ids changes its time at each B."""
+    out: dict[int, dict[str, float]] = {}
+    for r in rows:
+        if r["case"] == case:
+            out.setdefault(int(r["B"]), {})[r["ids"]] = float(r["median_us"])
+    return dict(sorted(out.items()))
+
+
 def skew_vs_time(rows, cases: dict[str, str], *, kinds=("uniform", "zipf", "real"), title: str | None = None):
     """One panel per case (``{case name: label}``), time against B, one line per id kind (few lines each)."""
     import matplotlib.pyplot as plt
@@ -82,9 +101,7 @@ def skew_vs_time(rows, cases: dict[str, str], *, kinds=("uniform", "zipf", "real
             B, us = _series(rows, case, kind)
             if B:
                 ax.plot(B, us, KIND_STYLE.get(kind, "-"), marker="o", markersize=3, label=f"{kind} ids")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("batch size B")
+        _batch_axis(ax, rows)
         ax.set_title(label, fontsize=9)
         ax.grid(alpha=0.3, which="both")
     axes[0, 0].set_ylabel("time per call (µs)")
@@ -112,9 +129,7 @@ def sweep(rows, groups: dict[str, dict[str, str]], *, floor_op: dict[str, str] |
         if op and floor:
             by_b = {int(r["B"]): float(r["floor_us"]) for r in floor}
             ax.plot(list(by_b), list(by_b.values()), "k--", linewidth=1.2, label="memory floor")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("batch size B")
+        _batch_axis(ax, rows)
         ax.set_title(panel, fontsize=9)
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)

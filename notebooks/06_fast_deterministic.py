@@ -1,0 +1,305 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 06 · The fast deterministic path: chunked wte kernel and GPU bucketing
+#
+# **Goal:** read the two kernels that make the deterministic backward fast: the **chunked** wte kernel,
+# which no longer lets one frequent token set the time, and the **GPU bucketing** kernel, which builds the
+# bucket table of notebook 03 on the GPU in one launch instead of on the host. Then tie the skew of the ids
+# to measured time.
+#
+# 0. Setup · 1. What was slow · 2. Units: a token cut into chunks · 3. The chunked kernel, per thread and in
+# CUDA · 4. Same bits every run, a different order than bucketed · 5. The GPU bucketing kernel ·
+# 6. What bucketing costs, phase by phase · 7. Skew against measured time
+
+# %%
+# 0. Setup: make `import gpt2enc_edu` work. Installed: nothing to do. In a checkout: put it on sys.path.
+# On Colab or Kaggle: install the package (from a clone, else from GitHub) and the CuPy for the runtime's CUDA.
+import os, subprocess, sys
+from pathlib import Path
+
+REPO = "OWNER/gpt2enc-edu"  # the GitHub repository hosted runtimes install from (placeholder; course/hosted.py)
+HOSTED = "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ or "KAGGLE_KERNEL_RUN_TYPE" in os.environ
+try:
+    import gpt2enc_edu
+except ImportError:
+    here = Path.cwd()
+    roots = [d for d in (here.parent, here, *sorted(here.glob("*/"))) if (d / "gpt2enc_edu" / "__init__.py").is_file()]
+    if roots:
+        sys.path.insert(0, str(roots[0]))
+    if HOSTED:
+        target = f"{roots[0]}[notebooks]" if roots else f"gpt2enc-edu[notebooks] @ git+https://github.com/{REPO}"
+        subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", target])
+    elif not roots:
+        raise
+    import gpt2enc_edu
+if HOSTED:
+    from gpt2enc_edu.course import hosted
+    print(hosted.ensure_cupy())
+enc = gpt2enc_edu
+
+# %%
+import inspect
+
+import numpy as np
+from IPython.display import Markdown, display
+
+from gpt2enc_edu import bench, compare, layout, mirror_bucketing, reference, tokens
+from gpt2enc_edu.backend import to_numpy
+from gpt2enc_edu.course import measured, perthread, plots, timing_plots
+from gpt2enc_edu.loader import kernel_source
+from gpt2enc_edu.problems import random_problem
+
+xp = enc.array_module()
+print("arrays:", xp.__name__, "->", "the CUDA kernels" if xp is not np else "the NumPy mirror")
+print("gpu_status():", enc.gpu_status())
+
+# %% [markdown]
+# ## 1. What was slow
+#
+# Notebook 03's bucketed kernel gives each bucket (token × channel group) one block of 8 warps. Its time is
+# set by the **largest** bucket: with real text, one block sums the hundreds of positions of `"\n"` or `" "`
+# in `ceil(size / 8)` rounds while the rest of the GPU has long finished. And llm.c builds the table on the
+# host: the ids go to the CPU, a hash map and a sort run there, the table comes back.
+#
+# One GPT-2 micro-batch of real text, in numbers:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+B, T, C = 8, 1024, 768
+ids = tokens.make_ids("real", B, T, seed=0)
+table = enc.make_buckets(ids, C, enc.bfloat16)
+sizes = table.sizes[table.c_groups == 0]
+print(f"{sizes.size} tokens, {table.num_buckets} buckets; the largest has {sizes[0]} positions "
+      f"= {-(-sizes[0] // layout.WTE_WARPS)} rounds of 8 warps; the median bucket {int(np.median(sizes))} position(s)")
+print(f"chunked: {table.num_units} units of at most {layout.CHUNK_ITEMS} positions, "
+      f"{int((sizes > layout.CHUNK_ITEMS).sum())} tokens need more than one")
+
+# %% [markdown]
+# ## 2. Units: a token cut into chunks
+#
+# The chunked kernel cuts every token's list of positions into **chunks of 32** consecutive items (the last
+# one shorter). A *unit* is one chunk of one token, over **all** channel groups, and each unit gets **one
+# warp**. The table's `units` array lists them: `units[u] = (token, chunk, start, size)`, where `start` and
+# `size` are the token's whole range in `bt_list` (the chunk is `chunk * 32` items in).
+#
+# The twelve most frequent tokens of the batch above, one bar per token, split into its chunks (alternating
+# colours). The bucketed kernel gives each bar to one block; the chunked kernel gives each coloured piece to
+# its own warp, so no warp sums more than 32 positions.
+
+# %%
+ax = plots.chunk_units(table, title="B=8, T=1024, real ids: the 12 most frequent tokens, cut into 32-position chunks")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("units[:4] (token, chunk, start, size):\n", table.units[:4])
+top = table.units[table.units[:, 0] == table.units[0, 0]]
+print(f"token {top[0, 0]}: {len(top)} units, chunks {top[0, 1]}..{top[-1, 1]}, positions "
+      f"bt_list[{top[0, 2]} : {top[0, 2] + top[0, 3]}]")
+
+# %% [markdown]
+# A warp, not a block, per unit also helps at the other end: a token seen once (most tokens) occupies one warp,
+# where the bucketed kernel starts 8 warps per bucket and 7 of them find nothing to do.
+#
+# ## 3. The chunked kernel, per thread and in CUDA
+#
+# Every sum still has one fixed order. For each channel:
+#
+# * the **chunk partial** adds the chunk's items in `bt` order: `p = ((0 + d[item 0]) + d[item 1]) + …`;
+# * the **token total** adds the partials in **chunk order**: `s = ((p₀ + p₁) + p₂) + …`;
+# * `dwte = round(s + old dwte)`, once (stochastically for bf16, keyed by the element as in notebook 04).
+#
+# A token with a single chunk is finished by its warp. A token with several chunks needs its partials added
+# in chunk order, so its warps store them in a scratch buffer, and a second, small kernel (the *combine*
+# kernel, one block per such token) adds them up. Here is the warp's body in per-thread Python
+# (`gpt2enc_edu.course.perthread`): the same index math and the same fp32 adds as the CUDA, one lane at a time.
+
+# %%
+display(Markdown(f"```python\n{inspect.getsource(perthread.encoder_backward_wte_chunked)}\n```"))
+display(Markdown(f"```python\n{inspect.getsource(perthread.encoder_backward_wte_chunk_combine)}\n```"))
+
+# %% [markdown]
+# Run over the grid by `perthread.launch_backward_wte_chunked` on a small skewed problem, it gives the bits
+# of the package (the NumPy mirror on a CPU, the kernel on a GPU):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+small = random_problem(2, 48, 512, 64, dtype=enc.bfloat16, ids="zipf", rng=np.random.default_rng(6))
+small.inp[:, ::2] = 3  # token 3 at half of the 96 positions: 48 items, two chunks
+small_table = enc.make_buckets(small.inp, small.C, small.dtype)
+by_thread = small.dwte.copy()
+perthread.launch_backward_wte_chunked(perthread.encoder_backward_wte_chunked, perthread.encoder_backward_wte_chunk_combine,
+                                      by_thread, small_table, small.dout, 77)
+on = small.on(xp)
+enc.encoder_backward(on.dwte, on.dwpe, on.dout, on.inp, seed=77, method="chunked")
+print(f"{small_table.num_units} units ({int((small_table.sizes[small_table.c_groups == 0] > 32).sum())} token(s) "
+      f"with several chunks); per-thread Python == encoder_backward(method='chunked'):",
+      compare.bitwise_equal(by_thread, on.dwte))
+
+# %% [markdown]
+# And the CUDA, read from `kernels/encoder_backward_wte_chunked.cu`. Things to notice: one warp per unit;
+# lane `l` first loads the position of item `l` of the chunk and the warp then passes positions around with
+# `__shfl_sync` (no shared memory, no block barrier); several loads kept in flight per thread; the combine
+# kernel reading a token's partials in chunk order.
+
+# %%
+display(Markdown(f"```cuda\n{kernel_source('encoder_backward_wte_chunked.cu')}\n```"))
+
+# %% [markdown]
+# ## 4. Same bits every run, a different order than bucketed
+#
+# The chunked kernel adds the same terms as the bucketed one, in another fixed order (chunks of 32 in `bt`
+# order, instead of 8 warps striding over the bucket). So: bitwise equal from run to run and to the mirror,
+# within the same bound of the float64 reference, but **not** bitwise equal to the bucketed kernel. Both are
+# deterministic; they are two different definitions of the fp32 sum. The problem below stores **fp32**
+# gradients, where every low bit shows. (With bf16 storage the two usually agree: bf16 values have 8
+# significant bits, so fp32 sums of a few hundred of them are mostly exact in any order, and both kernels
+# round with the same element-keyed noise.) B = 4 and V = 8192 rows keep the CPU run light.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+p = random_problem(4, 1024, 768, 8192, dtype=np.float32, ids="zipf", rng=np.random.default_rng(7))
+results = {}
+for method in ("chunked", "chunked", "bucketed"):
+    on = p.on(xp)
+    enc.encoder_backward(on.dwte, on.dwpe, on.dout, on.inp, seed=99, method=method)
+    results.setdefault(method, []).append(to_numpy(on.dwte))
+cpu = p.on(np)
+enc.encoder_backward(cpu.dwte, cpu.dwpe, cpu.dout, cpu.inp, seed=99, method="chunked")
+ref = reference.backward(p.dwte, p.dwpe, p.dout, p.inp)
+bound = compare.error_bound(p.dtype, ref.dwte_abs, ref.max_terms)
+chunked, bucketed = results["chunked"][0], results["bucketed"][0]
+print("chunked: checksum", compare.checksum(chunked))
+print("  run 1 == run 2:", compare.bitwise_equal(*results["chunked"]), "; == NumPy mirror:", compare.bitwise_equal(chunked, cpu.dwte))
+print("  within the bound of float64:", compare.within_bound(chunked, ref.dwte, bound))
+ulps = np.abs(compare.ulp_difference(chunked, bucketed))
+print(f"chunked vs bucketed: {np.count_nonzero(ulps):,} of {chunked.size:,} elements differ, "
+      f"{100 * np.mean(ulps[ulps > 0] <= 2):.0f}% of those by 1 or 2 ULPs (more where the terms cancel and an "
+      "ULP of the result is tiny); bucketed within the bound:",
+      compare.within_bound(bucketed, ref.dwte, bound))
+del p, results, cpu, ref, bound, chunked, bucketed, ulps
+
+# %% [markdown]
+# ## 5. The GPU bucketing kernel
+#
+# The table itself is a sort: positions grouped by token, tokens by count descending, ties by id. llm.c does
+# it on the host with a hash map and `std::sort`; the package's NumPy route with NumPy sorts. On the GPU, the
+# package builds the **same table, bit for bit,** without a hash map and without a general sort library:
+# counting and **stable radix sorts**.
+#
+# * **B·T above 8192 ids: `bucketing_kernel`** (`kernels/bucketing.cu`), one cooperative launch, phases:
+#   clear; count each token (integer atomics: order-free); mark which counts occur; give each distinct count
+#   a class (a scan); sort tokens by class, stably (so ties keep id order); ranks and starts (two scans);
+#   sort positions by their token's rank, stably (so each token's positions stay in `bt` order); write
+#   `info`, `units`, `bt_list`.
+# * **B·T up to 8192 ids: `bucketing_small_kernel`** (`kernels/bucketing_small.cu`), one block of 1024
+#   threads sorting in shared memory: sort positions by id; find the distinct tokens; sort them by count;
+#   starts, buckets, units; `bt_list`.
+#
+# **Why one cooperative launch.** Every phase needs the whole result of the one before (a scan over all
+# counts, a sort over all positions). As separate kernels that is about twenty launches, each paying launch
+# latency, and sorting with library calls adds fixed overheads that dwarf a 65,536-id batch. A *cooperative*
+# launch guarantees that every block of the grid is resident at once, which makes a grid-wide barrier
+# (`grid.sync()`) legal: the phases run back to back inside one kernel. The grid is kept to a few SMs, so
+# the wpe kernel, launched beside it on a second stream, has the rest of the GPU. For small batches even the
+# grid barriers cost more than the work, so one block does it all with `__syncthreads()`.
+#
+# **No host sync.** The table's size stays on the GPU (`counters`); the wte kernel is launched for an upper
+# bound of buckets or units and reads the real count itself. The host never waits.
+#
+# The NumPy twin of the cooperative kernel, phase by phase (`gpt2enc_edu.mirror_bucketing`), builds the same
+# table as `make_buckets`; on a GPU, the kernel does too:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+V = tokens.GPT2_VOCAB_SIZE
+twin = mirror_bucketing.bucketing_kernel(ids, C, enc.bfloat16, V, num_blocks=4)
+same = all(np.array_equal(getattr(twin, f), getattr(table, f)) for f in ("info", "bt_list", "units"))
+print("phase-by-phase twin == make_buckets:", same)
+device_table = enc.make_buckets(xp.asarray(ids), C, enc.bfloat16, V=V)
+host_copy = device_table.to_host() if xp is not np else device_table
+print("make_buckets on", "the GPU" if xp is not np else "the CPU", "== make_buckets on the CPU:",
+      all(np.array_equal(getattr(host_copy, f), getattr(table, f)) for f in ("info", "bt_list", "units")))
+
+# %% [markdown]
+# ## 6. What bucketing costs, phase by phase
+#
+# `gpu_buckets.phase_times_us` runs the kernel stopped after phase 1, 2, … and takes the differences ("launch"
+# is a run that returns at once). On a GPU the cell measures now; on a CPU it draws the numbers committed from
+# a run on the project's H200 (`docs/walkthrough/bucketing_phases.json`). The title says which.
+
+# %%
+phases = measured.bucketing_phases(xp)
+print(phases["source"] if phases else "no GPU here and no committed numbers in docs/walkthrough/")
+fig = timing_plots.bucketing_phases(phases)
+
+# %% [markdown]
+# *Figure: the bucketing kernel's time split by phase, at B = 1 (one-block kernel) and B = 64 (cooperative
+# kernel), with the whole kernel in grey.*
+#
+# At **B = 1** there are 1024 ids, 4 KB: no phase is limited by bandwidth. The cost is a chain of dependent
+# steps (radix passes, scans), each waiting for the one before: latency, a few microseconds per phase, about
+# 16 µs in all on the H200. At **B = 64** (65,536 ids) the two stable sorts and the scans dominate, still
+# tens of microseconds, against milliseconds for the host route (notebook 05).
+#
+# ## 7. Skew against measured time
+#
+# The point of both kernels, measured: time per call against batch size for uniform, Zipf and real ids, for
+# llm.c's scheme (bucketed) and the chunked kernel, from the committed benchmark (`docs/bench/results.csv`,
+# `python -m gpt2enc_edu.bench` on the H200; the notebook does not re-run it). The "wte kernel alone" panels
+# appear when the results hold those cases.
+
+# %%
+REPO = Path(enc.__file__).resolve().parent.parent
+try:
+    rows, meta = bench.load_results(Path(os.environ.get("GPT2ENC_BENCH_DIR", REPO / "docs" / "bench")))
+except FileNotFoundError as exc:
+    rows, meta = [], {}
+    print(exc)
+wanted = {"wte_bucketed_kernel": "wte kernel alone: bucketed (llm.c's scheme)",
+          "wte_chunked_kernel": "wte kernel alone: chunked",
+          "bucketed_gpu": "whole backward: bucketed, GPU table",
+          "chunked_gpu": "whole backward: chunked, GPU table"}
+present = {case: label for case, label in wanted.items() if any(r["case"] == case for r in rows)}
+if present:
+    print(f"committed results: {meta.get('device')}, {meta.get('date')}")
+    for case, label in present.items():
+        by_b = timing_plots.spread_by_kind(rows, case)
+        big = max(by_b)
+        times = ", ".join(f"{kind} {us:.0f} µs" for kind, us in by_b[big].items())
+        print(f"  {label} at B={big}: {times}; slowest / fastest kind {max(by_b[big].values()) / min(by_b[big].values()):.2f}")
+    fig = timing_plots.skew_vs_time(rows, present, title="deterministic wte backward: time against B, by kind of ids")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for kind in tokens.KINDS:
+    counts = np.bincount(tokens.make_ids(kind, 64, 1024, seed=0).ravel())
+    print(f"B=64, {kind:8s} ids: the most frequent token fills {100 * counts.max() / counts.sum():4.1f}% of the positions "
+          f"({counts.max()} of them: {-(-counts.max() // layout.WTE_WARPS)} rounds of the bucketed block, "
+          f"{-(-counts.max() // layout.CHUNK_ITEMS)} chunked warps)")
+
+# %% [markdown]
+# *Figure: one panel per kernel or route, time against B on log axes, one line per kind of ids.*
+#
+# How to read it, with the printed numbers beside it. Skew is a property of the ids: the Zipf(1.1) ids are
+# the most skewed here (their top token fills 14% of a B=64 batch), the real text sample half as much,
+# uniform ids not at all. With **llm.c's bucketed scheme** time follows that skew at large B: the Zipf line
+# lies above the others, because one block sums the top token's thousands of positions in a few hundred
+# rounds while the rest of the GPU waits. With the **chunked** kernel the kinds of ids come together: no
+# warp sums more than 32 positions, so the skewed batches cost about what the uniform one does. At small B
+# every line flattens: there the fixed costs (kernel launches, the bucketing kernel's chain of phases of
+# section 6) dominate, not the bytes moved, which is also why no kernel gets near its memory floor there
+# (notebook 05).
