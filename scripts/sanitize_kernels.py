@@ -13,6 +13,13 @@ ordinary and odd shapes (B=1, T=1, C=8, C=776, one-item buckets, a bucket of tho
 goes through the public API, so a kernel the package adds later behind a method is covered with no change
 here; a case for something else is one ``register(Case(...))`` away (see ``--extra``).
 
+Coverage: every ``extern "C" __global__`` kernel in ``kernels/*.cu`` must be launched by some case. Each case
+declares the kernels it launches; ``--dry-run`` lists any kernel no case declares and exits 1 (so
+``sanitize.sh`` stops before any tool runs), and a real run records the kernels each case fetches
+(``get_kernel`` is wrapped) and counts a case as wrong if a kernel it declares did not run, and the run as
+failed if a kernel in ``kernels/`` was never launched. A new kernel therefore needs a case (or a declaration
+on an existing one) before the sanitizer run passes.
+
 Results are checked too (deterministic kernels bitwise against the NumPy mirror, atomics within the error
 bound of the float64 reference), so a run under a sanitizer also shows the kernels computed the right thing.
 
@@ -64,6 +71,7 @@ class Case:
     name: str
     run: Callable[[bool], str | None]
     description: str = ""
+    kernels: frozenset = frozenset()  #: the names of the kernels it launches (checked when it runs)
 
 
 #: The cases, in the order they run. Add more with ``register``.
@@ -90,8 +98,47 @@ SHAPES = {
     "T1": (3, 1, 64, 1000, 4, "uniform"),
     "one-item-buckets": (2, 3, 264, 50257, 3, "uniform"),
     "thousands-per-bucket": (8, 1024, 64, 2, 1024, "uniform"),
+    # past the one-block bucketing kernel's limits (BT > 8192, V > 65536): the cooperative bucketing kernel
+    "big-bucketing": (3, 3000, 64, 70000, 3000, "zipf"),
 }
 DETERMINISTIC = tuple(m for m in ("bucketed", "chunked") if m in validate.METHODS)
+
+#: ``extern "C" __global__ void [__launch_bounds__(...)] name(`` across lines.
+KERNEL_DECLARATION = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(')
+
+
+def kernel_names(folder: Path = ROOT / "kernels") -> dict[str, str]:
+    """Every kernel defined in ``folder/*.cu``: {kernel name: file name}."""
+    found = {}
+    for path in sorted(folder.glob("*.cu")):
+        for name in KERNEL_DECLARATION.findall(path.read_text()):
+            found[name] = path.name
+    return found
+
+
+def _bucketing_kernel(BT: int, V: int) -> str:
+    """The GPU bucketing kernel ``gpu_buckets`` picks for BT ids of a vocabulary of V (the one-block kernel for
+    small problems, where the layout offers it; shared memory permitting, which holds on the H200)."""
+    from gpt2enc_edu import layout
+
+    small_bt, small_v = getattr(layout, "SMALL_MAX_BT", -1), getattr(layout, "SMALL_MAX_V", -1)
+    return "bucketing_small_kernel" if BT <= small_bt and V <= small_v else "bucketing_kernel"
+
+
+def _backward_kernels(method: str, dtype, shape, bucketing: str | None) -> frozenset:
+    """The kernels one backward call launches, as ``gpt2enc_edu.cuda`` dispatches today."""
+    B, T, _, V, _, _ = shape
+    if method == "atomic_bf16":
+        return frozenset({"encoder_backward_atomic_bf16_kernel"})
+    if method == "atomic":
+        if np.dtype(dtype).itemsize == 2:
+            return frozenset({"encoder_backward_atomic_widen_kernel", "encoder_backward_atomic_fp32_kernel",
+                              "encoder_backward_atomic_narrow_kernel"})
+        return frozenset({"encoder_backward_atomic_fp32_kernel"})
+    wte = ({"encoder_backward_wte_chunked_kernel", "encoder_backward_wte_chunk_combine_kernel"}
+           if method == "chunked" else {f"encoder_backward_wte_{method}_kernel"})
+    bucketing_kernels = {_bucketing_kernel(B * T, V)} if bucketing in ("gpu", "auto", None) else set()
+    return frozenset({"encoder_backward_wpe_kernel", *wte, *bucketing_kernels})
 
 
 def _bucketings() -> tuple[str | None, ...]:
@@ -106,14 +153,29 @@ def _problem(name: str, shape, dtype):
     return random_problem(B, T, C, V, maxT, dtype=dtype, ids=ids, rng=np.random.default_rng(zlib.crc32(name.encode())))
 
 
-def _forward_case(name: str, shape, dtype) -> Case:
+def _forward_versions() -> dict:
+    """{version: kernel name} of the forward kernels ``gpt2enc_edu.cuda`` can launch one by one."""
+    from gpt2enc_edu import cuda
+
+    return {v: entry[0] for v, entry in getattr(cuda, "FORWARD_VERSIONS", {}).items()}
+
+
+def _forward_case(name: str, shape, dtype, version: int | None = None) -> Case:
+    """The public forward (``version=None``), or one forward kernel version launched directly after validation."""
+
     def run(check: bool) -> str | None:
         import cupy
+
+        from gpt2enc_edu import cuda
 
         p = _problem(name, shape, dtype)
         g = p.on(cupy)
         out = poisoned((p.B, p.T, p.C), dtype, cupy)
-        enc.encoder_forward(g.inp, g.wte, g.wpe, out=out)
+        if version is None:
+            enc.encoder_forward(g.inp, g.wte, g.wpe, out=out)
+        else:
+            validate.forward_args(g.inp, g.wte, g.wpe, out, True)
+            cuda.encoder_forward_version(version, out, g.inp, g.wte, g.wpe, p.B, p.T, p.C)
         cupy.cuda.Device().synchronize()
         if not check:
             return None
@@ -124,7 +186,10 @@ def _forward_case(name: str, shape, dtype) -> Case:
             return f"{compare.count_bit_differences(out, expected)} elements differ from the mirror"
         return None
 
-    return Case(name, run, "encoder_forward_kernel")
+    if version is None:
+        return Case(name, run, "encoder_forward (the public call; its kernel is covered by the version cases)")
+    kernel = _forward_versions()[version]
+    return Case(name, run, kernel, frozenset({kernel}))
 
 
 def _backward_case(name: str, shape, dtype, method: str, bucketing: str | None) -> Case:
@@ -159,7 +224,23 @@ def _backward_case(name: str, shape, dtype, method: str, bucketing: str | None) 
     atomic_fp32 = "atomic fp32 kernel" + (" (on fp32 copies of the bf16 gradients)" if dtype.itemsize == 2 else "")
     kernels = {"atomic": atomic_fp32, "atomic_bf16": "atomic bf16 kernel"}.get(
         method, f"wpe kernel + {method} wte kernel, bucket table built on the {bucketing or 'default side'}")
-    return Case(name, run, kernels)
+    return Case(name, run, kernels, _backward_kernels(method, dtype, shape, bucketing))
+
+
+def _bench_spin_case() -> Case:
+    """The benchmark timer's busy-wait kernel (``bench/timer.py``): one thread, no memory."""
+
+    def run(check: bool) -> str | None:
+        import cupy
+
+        from gpt2enc_edu.loader import get_kernel, launch
+
+        launch(get_kernel("bench_spin.cu", "bench_spin_kernel", bfloat16), 1, 1, (np.uint64(20_000),))
+        cupy.cuda.Device().synchronize()
+        return None
+
+    return Case("bench-spin", run, "bench_spin_kernel (the benchmark timer's busy-wait)",
+                frozenset({"bench_spin_kernel"}))
 
 
 def default_cases() -> list[Case]:
@@ -171,6 +252,8 @@ def default_cases() -> list[Case]:
             if C % (16 // dtype.itemsize):
                 continue
             cases.append(_forward_case(f"forward/{dtype_name}/{shape_name}", shape, dtype))
+            for version in _forward_versions():
+                cases.append(_forward_case(f"forward-v{version}/{dtype_name}/{shape_name}", shape, dtype, version))
             for method in validate.METHODS:
                 if method == "atomic_bf16" and dtype_name != "bf16":
                     continue
@@ -178,7 +261,34 @@ def default_cases() -> list[Case]:
                 for bucketing in bucketings:
                     op = f"backward-{method}" + (f"-{bucketing}" if bucketing else "")
                     cases.append(_backward_case(f"{op}/{dtype_name}/{shape_name}", shape, dtype, method, bucketing))
+    if "bench_spin_kernel" in kernel_names():
+        cases.append(_bench_spin_case())
     return cases
+
+
+def uncovered_kernels(cases: list[Case]) -> dict[str, str]:
+    """Kernels of ``kernels/*.cu`` that no case in ``cases`` declares: {kernel name: file name}."""
+    declared = set().union(*(case.kernels for case in cases))
+    return {name: file for name, file in kernel_names().items() if name not in declared}
+
+
+def _record_kernel_fetches(fetched: set) -> None:
+    """Wrap ``loader.get_kernel`` wherever the package imported it, adding each fetched kernel's name to ``fetched``.
+
+    The launchers fetch a kernel right before launching it, so a case's fetches are the kernels it launched.
+    """
+    from gpt2enc_edu import loader
+
+    original = loader.get_kernel
+
+    def recording(file_name, kernel_name, dtype):
+        fetched.add(kernel_name)
+        return original(file_name, kernel_name, dtype)
+
+    for module in list(sys.modules.values()):
+        in_package = getattr(module, "__name__", "").startswith("gpt2enc_edu")
+        if in_package and getattr(module, "get_kernel", None) is original:
+            module.get_kernel = recording
 
 
 for _case in default_cases():
@@ -273,30 +383,46 @@ def main(argv: list[str] | None = None) -> int:
     if not selected:
         print(f"no case matches {args.only!r}", file=sys.stderr)
         return 2
+    whole_list = not args.only  # coverage is judged on the whole list only
     if args.dry_run:
         for case in selected:
             print(f"{case.name:55s} {case.description}")
-        print(f"{len(selected)} cases")
-        return 0
+        uncovered = uncovered_kernels(selected) if whole_list else {}
+        for name, file in uncovered.items():
+            print(f"UNCOVERED kernel {name} (kernels/{file}): no case launches it; add one (see register)")
+        print(f"{len(selected)} cases, {len(kernel_names()) - len(uncovered)} of {len(kernel_names())} kernels covered")
+        return 1 if uncovered else 0
 
     import cupy
 
     if args.allocator == "plain":
         cupy.cuda.set_allocator(None)
     print(f"compiled kernels in {_warm_up(selected):.1f} s", flush=True)
+    fetched: set = set()
+    launched: set = set()
+    _record_kernel_fetches(fetched)
     wrong = 0
     for case in selected:
         start = time.perf_counter()
+        fetched.clear()
         try:
             problem = case.run(not args.no_check)
             cupy.cuda.Device().synchronize()
         except Exception as exc:  # report and go on: one broken case must not hide the others
             problem = f"raised {type(exc).__name__}: {exc}"
+        launched |= fetched
+        missing = sorted(case.kernels - fetched)
+        if problem is None and missing:
+            problem = f"declares kernels it did not launch: {', '.join(missing)}"
         wrong += problem is not None
         verdict = "ok   " if problem is None else "WRONG"
         print(f"{verdict} {case.name} ({time.perf_counter() - start:.2f} s){'' if problem is None else ': ' + problem}",
               flush=True)
     cupy.cuda.Device().synchronize()
+    never = sorted(set(kernel_names()) - launched) if whole_list else []
+    for name in never:
+        print(f"WRONG kernel {name} was never launched by any case", flush=True)
+    wrong += len(never)
     print(f"{DONE_MARKER}: {len(selected)} cases, {wrong} wrong", flush=True)
     return 1 if wrong else 0
 
