@@ -11,6 +11,7 @@ import numpy as np
 
 from .gpu_buckets import DeviceBucketTable, build_bucket_table_gpu, max_multi_chunk_units, to_device
 from .layout import (
+    ATOMIC_ROWS,
     BLOCK_SIZE,
     CHUNKED_WARPS_PER_BLOCK,
     COMBINE_THREADS,
@@ -128,35 +129,39 @@ _fp32_scratch: dict = {}
 
 
 def _fp32_scratch_for(dwte, dwpe, T: int):
-    """fp32 buffers shaped like dwte and dwpe's first T rows, reused across calls on one stream. Only the rows
-    a batch touches are ever written (and then read), so they need no initialisation."""
+    """fp32 buffers shaped like dwte and dwpe's first T rows, the per-token stamps and a call counter, reused
+    across calls on one stream. Only the rows a batch touches are written (then read): no initialisation."""
     cupy = cupy_module()
     key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, dwte.shape, T, dwpe.shape[1])
     if key not in _fp32_scratch:
-        _fp32_scratch[key] = (cupy.empty(dwte.shape, np.float32), cupy.empty((T, dwpe.shape[1]), np.float32))
-    return _fp32_scratch[key]
+        _fp32_scratch[key] = [cupy.empty(dwte.shape, np.float32), cupy.empty((T, dwpe.shape[1]), np.float32),
+                              cupy.zeros(dwte.shape[0], np.int32), 0]
+    scratch = _fp32_scratch[key]
+    scratch[3] = scratch[3] % (2**31 - 1) + 1  # a stamp no earlier call on these buffers used (1, 2, ...)
+    return scratch
 
 
 def encoder_backward_atomic(dwte, dwpe, dout, inp, B: int, T: int, C: int, *, bf16_atomics: bool) -> None:
-    threads = B * T * C // pack_size(dout.dtype)
-    grid = ceil_div(threads, BLOCK_SIZE)
     file_name = "encoder_backward_atomic.cu"
     sizes = (np.int32(B), np.int32(T), np.int32(C))
     if bf16_atomics:
         kernel = get_kernel(file_name, "encoder_backward_atomic_bf16_kernel", dout.dtype)
-        launch(kernel, grid, BLOCK_SIZE, (dwte, dwpe, dout, inp, *sizes))
+        launch(kernel, ceil_div(B * T * C // pack_size(dout.dtype), BLOCK_SIZE), BLOCK_SIZE,
+               (dwte, dwpe, dout, inp, *sizes))
         return
-    kernel = get_kernel(file_name, "encoder_backward_atomic_fp32_kernel", dout.dtype)
+    kernel = get_kernel(file_name, "encoder_backward_atomic_fp32_rows_kernel", dout.dtype)
+    grid = ceil_div(ceil_div(B, ATOMIC_ROWS) * T * C // pack_size(dout.dtype), BLOCK_SIZE)
     if dwte.dtype == np.float32:
         launch(kernel, grid, BLOCK_SIZE, (dwte, dwpe, dout, inp, *sizes))
         return
     # bf16 storage: widen the rows the batch touches to fp32, add there, round them back to nearest once.
-    dwte32, dwpe32 = _fp32_scratch_for(dwte, dwpe, T)
-    launch(get_kernel(file_name, "encoder_backward_atomic_widen_kernel", dout.dtype), grid, BLOCK_SIZE,
-           (dwte32, dwpe32, dwte, dwpe, inp, *sizes))
+    dwte32, dwpe32, stamps, call = _fp32_scratch_for(dwte, dwpe, T)
+    row_grid = ceil_div(B * T, BLOCK_SIZE // WARP_SIZE)
+    launch(get_kernel(file_name, "encoder_backward_atomic_widen_kernel", dout.dtype), row_grid, BLOCK_SIZE,
+           (dwte32, dwpe32, dwte, dwpe, inp, stamps, np.uint32(call), *sizes))
     launch(kernel, grid, BLOCK_SIZE, (dwte32, dwpe32, dout, inp, *sizes))
-    launch(get_kernel(file_name, "encoder_backward_atomic_narrow_kernel", dout.dtype), grid, BLOCK_SIZE,
-           (dwte, dwpe, dwte32, dwpe32, inp, *sizes))
+    launch(get_kernel(file_name, "encoder_backward_atomic_narrow_kernel", dout.dtype), row_grid, BLOCK_SIZE,
+           (dwte, dwpe, dwte32, dwpe32, inp, stamps, np.uint32(call), *sizes))
 
 
 __all__ = [

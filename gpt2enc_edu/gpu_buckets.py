@@ -173,11 +173,9 @@ def _small_kernel(dtype, smem: int):
     """``bucketing_small_kernel``, allowed ``smem`` bytes of dynamic shared memory (above 48 KiB needs that)."""
     cupy = cupy_module()
     kernel = get_kernel("bucketing_small.cu", "bucketing_small_kernel", dtype)
-    key = (cupy.cuda.Device().id, kernel.ptr)
+    key = (cupy.cuda.Device().id, id(kernel))
     if smem > _smem_allowed.get(key, 48 * 1024):
-        driver = cupy.cuda.driver
-        attribute = getattr(driver, "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", 8)
-        driver.funcSetAttribute(kernel.ptr, attribute, smem)
+        kernel.max_dynamic_shared_size_bytes = smem  # cudaFuncSetAttribute(MaxDynamicSharedMemorySize)
         _smem_allowed[key] = smem
     return kernel
 

@@ -88,8 +88,10 @@ SMALL_CNT = 4096
 def small_bucketing_smem_bytes(BT: int) -> int:
     """Dynamic shared memory of ``bucketing_small_kernel`` for BT ids (its header gives the layout)."""
     n_pad = ceil_div(BT, SMALL_THREADS) * SMALL_THREADS
-    return 4 * (4 * n_pad + 1 + SMALL_CNT + 64)
+    return 4 * (6 * n_pad + 1 + SMALL_CNT + 64)
 
 
+#: Batch rows per thread of the fp32 atomic backward's rows kernel (``ATOMIC_ROWS`` in encoder_backward_atomic.cu).
+ATOMIC_ROWS = 8
 #: Batch rows per thread of the fast forward kernel (``FORWARD_ROWS`` in encoder_forward.cu).
 FORWARD_ROWS = 8

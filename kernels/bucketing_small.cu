@@ -15,11 +15,12 @@
 //   5. bt_list: every sorted position moves to its token's new start plus its place inside the segment.
 //
 // One radix pass (sort_pass): thread i holds the keys i, i + 1024, ... (tile j = keys j*1024 .. j*1024+1023).
-// Inside a warp, __match_any_sync ranks the lanes with the same digit; the counts per (digit, tile, warp),
+// Inside a warp, ballots on the digit's bits rank the lanes with the same digit; the counts per (digit, tile, warp),
 // scanned in that order, give every key its stable place.
 //
 // Launch: one block of SMALL_THREADS = 1024 threads, dynamic shared memory bucketing_small_smem_bytes(BT)
-//   (= 4 * (4 * n_pad + SMALL_CNT + 64) bytes with n_pad = CEIL_DIV(BT, 1024) * 1024):
+//   (= 4 * (6 * n_pad + 1 + SMALL_CNT + 64) bytes with n_pad = CEIL_DIV(BT, 1024) * 1024: 213 KB at
+//   BT = 8192, so the package takes this kernel only where the device allows that much):
 //   bucketing_small_kernel(inp, BT, V, num_c_groups, bucket_info, units, bt_list, counters, stop_after)
 // Requires 1 <= BT <= SMALL_MAX_BT and V <= 65536 (checked by the package). counters as in bucketing.cu.
 #include "common.cuh"
@@ -87,7 +88,13 @@ __device__ void sort_pass(unsigned int* keys, int items, int shift, int* cnt, in
     for (int i = 0; i < SMALL_MAX_ITEMS; i++) {
         if (i < items) {  // uniform: the whole warp takes part in the match
             digit[i] = (int)((key[i] >> shift) & (SMALL_DIGITS - 1));
-            unsigned int peers = __match_any_sync(0xffffffffu, digit[i]);
+            // The lanes with the same digit: one ballot per digit bit (cheaper than __match_any_sync).
+            unsigned int peers = 0xffffffffu;
+#pragma unroll
+            for (int bit = 0; bit < SMALL_DIGIT_BITS; bit++) {
+                unsigned int vote = __ballot_sync(0xffffffffu, (digit[i] >> bit) & 1);
+                peers &= ((digit[i] >> bit) & 1) ? vote : ~vote;
+            }
             rank[i] = __popc(peers & ((1u << lane) - 1u));
             if (rank[i] == 0) { cnt[(digit[i] * SMALL_MAX_ITEMS + i) * SMALL_WARPS + warp] = __popc(peers); }
         }
@@ -133,7 +140,9 @@ bucketing_small_kernel(const int* inp, int BT, int V, int num_c_groups, int4* bu
     unsigned int* token_keys = keys + n_pad;                     // [n_pad]   segments, sorted by count
     int* seg_start = smem + 2 * n_pad;                           // [n_pad+1] first slot of each segment
     int* seg_new_start = seg_start + n_pad + 1;                  // [n_pad]   its start in bt_list
-    int* cnt = seg_new_start + n_pad;                            // [SMALL_CNT]
+    int* seg_of = seg_new_start + n_pad;                         // [n_pad]   segment of each sorted slot
+    int* rank_unit = seg_of + n_pad;                             // [n_pad]   first unit of each rank
+    int* cnt = rank_unit + n_pad;                                // [SMALL_CNT]
     int* scratch = cnt + SMALL_CNT;                              // [33] + shared scalars
     int* shared_max = scratch + WARP_SIZE + 1;
     int total;
@@ -162,6 +171,7 @@ bucketing_small_kernel(const int* inp, int BT, int V, int num_c_groups, int4* bu
         if (j < BT && (j == 0 || (keys[j] >> SMALL_POS_BITS) != (keys[j - 1] >> SMALL_POS_BITS))) {
             seg_start[seg++] = j;
         }
+        if (j < BT) { seg_of[j] = seg - 1; }
     }
     if (threadIdx.x == 0) { seg_start[num_distinct] = BT; }
     __syncthreads();
@@ -183,8 +193,10 @@ bucketing_small_kernel(const int* inp, int BT, int V, int num_c_groups, int4* bu
     sort_bits(token_keys, token_items, SMALL_POS_BITS, bits_for((unsigned int)(max_count - 1)), cnt, scratch);
     if (stop_after == 3) { return; }
 
-    // Phase 4: ranks in bucket order. Thread i owns ranks i*token_items .. + token_items - 1; two scans
-    // give each token's start in bt_list and its first unit; a new count value starts a class.
+    // Phase 4: ranks in bucket order. Thread i owns ranks i*token_items .. + token_items - 1 for the two
+    // scans (each token's start in bt_list, its first unit; a new count value starts a class), which are
+    // kept per segment and per rank; then the table rows are written rank by rank across the threads
+    // (thread i writes rank i, i + 1024, ...), so that a warp's stores are neighbours.
     int first_rank = threadIdx.x * token_items;
     int count_sum = 0, unit_sum = 0, class_sum = 0;
     for (int q = 0; q < token_items; q++) {
@@ -203,14 +215,9 @@ bucketing_small_kernel(const int* inp, int BT, int V, int num_c_groups, int4* bu
     for (int q = 0; q < token_items; q++) {
         int r = first_rank + q;
         if (r < num_distinct) {
-            int s = (int)(token_keys[r] & ((1u << SMALL_POS_BITS) - 1u));
-            int count = seg_start[s + 1] - seg_start[s];
-            int ix = (int)(keys[seg_start[s]] >> SMALL_POS_BITS);
-            seg_new_start[s] = start;
-            for (int g = 0; g < num_c_groups; g++) { bucket_info[r * num_c_groups + g] = make_int4(start, count, ix, g); }
-            for (int chunk = 0; chunk < CEIL_DIV(count, SMALL_CHUNK_ITEMS); chunk++) {
-                units[unit + chunk] = make_int4(ix, chunk, start, count);
-            }
+            int count = max_count - (int)(token_keys[r] >> SMALL_POS_BITS);
+            seg_new_start[token_keys[r] & ((1u << SMALL_POS_BITS) - 1u)] = start;
+            rank_unit[r] = unit;
             start += count;
             unit += CEIL_DIV(count, SMALL_CHUNK_ITEMS);
         }
@@ -223,20 +230,21 @@ bucketing_small_kernel(const int* inp, int BT, int V, int num_c_groups, int4* bu
         counters[SMALL_COUNTER_NUM_UNITS] = num_units;
     }
     __syncthreads();
+    for (int r = threadIdx.x; r < num_distinct; r += SMALL_THREADS) {
+        int s = (int)(token_keys[r] & ((1u << SMALL_POS_BITS) - 1u));
+        int token_start = seg_new_start[s];
+        int count = seg_start[s + 1] - seg_start[s];
+        int ix = (int)(keys[seg_start[s]] >> SMALL_POS_BITS);
+        for (int g = 0; g < num_c_groups; g++) { bucket_info[r * num_c_groups + g] = make_int4(token_start, count, ix, g); }
+        for (int chunk = 0; chunk < CEIL_DIV(count, SMALL_CHUNK_ITEMS); chunk++) {
+            units[rank_unit[r] + chunk] = make_int4(ix, chunk, token_start, count);
+        }
+    }
     if (stop_after == 4) { return; }
 
-    // Phase 5: bt_list. The segment of a slot is found again with the same scan as in phase 2.
-    heads = 0;
-    for (int q = 0; q < items; q++) {
-        int j = first + q;
-        heads += j < BT && (j == 0 || (keys[j] >> SMALL_POS_BITS) != (keys[j - 1] >> SMALL_POS_BITS));
-    }
-    seg = small_exclusive_sum(heads, &total, scratch) - 1;
-    for (int q = 0; q < items; q++) {
-        int j = first + q;
-        if (j < BT) {
-            seg += j == 0 || (keys[j] >> SMALL_POS_BITS) != (keys[j - 1] >> SMALL_POS_BITS);
-            bt_list[seg_new_start[seg] + (j - seg_start[seg])] = (int)(keys[j] & ((1u << SMALL_POS_BITS) - 1u));
-        }
+    // Phase 5: bt_list. Each sorted slot moves to its token's new start plus its place inside the segment.
+    for (int j = threadIdx.x; j < BT; j += SMALL_THREADS) {
+        int sj = seg_of[j];
+        bt_list[seg_new_start[sj] + (j - seg_start[sj])] = (int)(keys[j] & ((1u << SMALL_POS_BITS) - 1u));
     }
 }

@@ -15,7 +15,8 @@
 //
 // Inside a block: lane `lane_id` of every warp owns channels c .. c + x128::size - 1 of the bucket's group;
 // warp w sums items w, w + 8, w + 16, ... in that order; then warp 0 adds warps 1, 2, ... 7 in that order
-// (through shared memory), adds the old dwte value, and rounds once. Every sum has a fixed order, so the
+// (through shared memory, behind a named barrier that counts only the warps with items; the others have left),
+// adds the old dwte value, and rounds once. Every sum has a fixed order, so the
 // result is the same on every run and equals the NumPy mirror bit for bit.
 #include "common.cuh"
 
@@ -43,8 +44,15 @@ encoder_backward_wte_bucketed_kernel(floatX* dwte, const int4* bucket_info, cons
     int c = info.w * c_per_warp + lane_id * x128::size;
 
     // When C is not a multiple of c_per_warp (C = 776, say), the last group's high lanes have no channels.
-    // They still reach the barrier below, so every thread of the block takes part in it.
+    // They still reach the barrier below with their warp.
     bool has_channels = c < C;
+
+    // Warps without an item (a bucket of 3 items keeps warps 0..2 busy) leave now, as in llm.c: their slots
+    // go to the next blocks, which is what makes small buckets cheap. The busy warps meet at a named
+    // barrier that counts only them (bar.sync 1, busy_warps * 32), so no thread waits for one that left;
+    // a bucket of one item needs no barrier at all. Every thread that a barrier counts reaches it.
+    int busy_warps = min(WTE_WARPS, bucket_size);
+    if (warp_id >= busy_warps) { return; }
 
     // Warp 0 fetches the old dwte value now: its latency overlaps the dout loads instead of following them.
     floatX* dwte_ix = dwte + bucket_ix * C + c;
@@ -64,19 +72,18 @@ encoder_backward_wte_bucketed_kernel(floatX* dwte, const int4* bucket_info, cons
         }
     }
 
-    // Warps 1..7 that had an item hand their partial sums to warp 0 (warp 0 reads only those, below).
-    // Layout [k][thread] keeps a warp's 32 stores in 32 banks.
-    if (warp_id != 0 && warp_id < bucket_size) {
-        for (int k = 0; k < x128::size; k++) {
-            accum_shared[threadIdx.x + k * WTE_BLOCK_SIZE] = accum[k];
+    // Warps 1.. hand their partial sums to warp 0. Layout [k][thread] keeps a warp's 32 stores in 32 banks.
+    if (busy_warps > 1) {
+        if (warp_id != 0) {
+            for (int k = 0; k < x128::size; k++) {
+                accum_shared[threadIdx.x + k * WTE_BLOCK_SIZE] = accum[k];
+            }
         }
+        asm volatile("bar.sync 1, %0;" ::"r"(busy_warps * WARP_SIZE) : "memory");
     }
-    __syncthreads();
     if (warp_id != 0 || !has_channels) { return; }
 
-    // Only warps that had an item hold a partial sum: a bucket of 3 items adds warps 1 and 2 and skips the
-    // shared-memory reads of warps 3..7, whose accumulators are still +0.0.
-    int busy_warps = min(WTE_WARPS, bucket_size);
+    // Warp 0 adds the busy warps in order 1, 2, ... (idle warps would have added +0.0: nothing to add).
     for (int w = 1; w < busy_warps; w++) {
         for (int k = 0; k < x128::size; k++) {
             accum[k] += accum_shared[w * WARP_SIZE + lane_id + k * WTE_BLOCK_SIZE];

@@ -32,7 +32,7 @@
 #define CHUNKED_WARPS_PER_BLOCK 8
 // Loads in flight per thread: CHUNK_UNROLL items times CHUNK_GROUPS channel groups (C = 768 in bf16 is 3
 // groups: one pass covers the whole row).
-#define CHUNK_UNROLL 2
+#define CHUNK_UNROLL 1
 #define CHUNK_GROUPS 3
 // Each warp waits on a chain of dependent loads (unit -> positions -> gradients): latency, not bandwidth,
 // bounds it, so ask the compiler to fit enough warps per SM to hide that latency.

@@ -30,6 +30,7 @@ def _defines(file_name: str) -> dict[str, int]:
     ("bucketing.cu", "COUNTER_NUM_UNITS", layout.COUNTER_NUM_UNITS),
     ("bucketing_small.cu", "SMALL_THREADS", layout.SMALL_THREADS),
     ("encoder_forward.cu", "FORWARD_ROWS", layout.FORWARD_ROWS),
+    ("encoder_backward_atomic.cu", "ATOMIC_ROWS", layout.ATOMIC_ROWS),
     ("common.cuh", "NOISE_STREAM_DWTE", 0),
     ("common.cuh", "NOISE_STREAM_DWPE", 1),
 ])
