@@ -23,8 +23,9 @@
 # And say how good a time is by comparing it with a *floor*: the time a plain device-to-device copy would
 # need to move the bytes the operation cannot avoid moving.
 #
-# The measurements come from `python -m gpt2enc_edu.bench`. On a GPU this notebook runs a small subset of
-# it live (well under a minute); without a GPU it plots the measurements committed in `docs/bench/`.
+# The measurements come from `python -m gpt2enc_edu.bench`. The full sweep (every B from 1 to 64, three kinds
+# of ids) committed in `docs/bench/` is drawn on every machine, and says so; on a GPU this notebook also runs
+# a small subset live (well under a minute) and shows it beside the committed run.
 
 # %% [markdown]
 # ## 0. Setup
@@ -62,7 +63,7 @@ from IPython.display import Markdown, display
 
 from gpt2enc_edu import bench
 from gpt2enc_edu.bench import plots as bench_plots
-from gpt2enc_edu.course import exercises
+from gpt2enc_edu.course import exercises, timing_plots
 from gpt2enc_edu.tokens import make_ids
 
 # %% [markdown]
@@ -81,10 +82,10 @@ from gpt2enc_edu.tokens import make_ids
 #   (gradients accumulate), read the ids.
 #
 # **Floor** = minimal bytes / the device-to-device copy rate (bytes read + written per second), measured
-# in the same run. *Percent of floor* = floor / median time: 100 % would be a kernel as fast as a copy.
-# The cell below does this arithmetic for B=64 with the copy rate of the project's H200
-# (4273 GB/s, from `shared/reference/README.md`); it reproduces llm.c's floors there (37 us and 51 us
-# for uniform ids). Zipf and real text repeat ids, so they touch fewer rows and their floor is lower.
+# once per benchmark run, by the benchmark itself (`bench.measure_copy_rate`), and stored with the results
+# (`docs/bench/meta.json`). Every floor of a run uses that one rate. *Percent of floor* = floor / median
+# time: 100 % would be a kernel as fast as a copy. The cell below does the arithmetic for B=64 with the
+# committed run's rate. Zipf and real text repeat ids, so they touch fewer rows and their floor is lower.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -92,15 +93,23 @@ print("cases timed by python -m gpt2enc_edu.bench:")
 for case in bench.CASES:
     print(f"  {case.name:19s} {case.family:5s}  {case.label}")
 
-H200_COPY_RATE = 4273e9  # bytes/s, read + write
+REPO = Path(gpt2enc_edu.__file__).resolve().parent.parent
+RESULTS_DIR = Path(os.environ.get("GPT2ENC_BENCH_DIR", REPO / "docs" / "bench"))
+try:
+    committed_rows, committed_meta = bench.load_results(RESULTS_DIR)
+except FileNotFoundError as exc:
+    committed_rows, committed_meta = None, {}
+    print(f"\nNo committed GPU results: {exc}")
+COPY_RATE = committed_meta.get("copy_rate_GBps", 4000) * 1e9  # bytes/s, read + write
 B, T, C = 64, 1024, 768
-print(f"\nfloors at B={B}, T={T}, C={C}, bf16, copy rate {H200_COPY_RATE / 1e9:.0f} GB/s:")
+print(f"\nfloors at B={B}, T={T}, C={C}, bf16, copy rate {COPY_RATE / 1e9:.0f} GB/s "
+      f"({'the committed run' if committed_rows else 'a round number: no committed run'}):")
 for kind in bench.ID_KINDS:
     distinct = bench.distinct_ids(make_ids(kind, B, T, seed=0))
     parts = []
     for op in bench.OPS:
         nbytes = bench.minimal_bytes(op, B=B, T=T, C=C, distinct=distinct)
-        parts.append(f"{op} {nbytes / 1e6:6.1f} MB -> {bench.floor_seconds(nbytes, H200_COPY_RATE) * 1e6:5.1f} us")
+        parts.append(f"{op} {nbytes / 1e6:6.1f} MB -> {bench.floor_seconds(nbytes, COPY_RATE) * 1e6:5.1f} us")
     print(f"  {kind:8s} {distinct:6d} distinct ids: " + ";  ".join(parts))
 
 
@@ -130,66 +139,115 @@ done = exercises.check_backward_bytes(backward_bytes)
 # %% [markdown]
 # ## The measurements
 #
-# On a GPU: a quick subset (B in {1, 64}, uniform and Zipf ids, few repeats), measured now through the
-# benchmark's own functions. Without one: the full run committed in `docs/bench/` (set the environment
-# variable `GPT2ENC_BENCH_DIR` to read another folder).
+# First the committed full sweep (`docs/bench/`; set `GPT2ENC_BENCH_DIR` to read another folder): its
+# device, date and copy rate. On a GPU, a quick subset measured now follows it (B in {1, 64}, uniform and
+# Zipf ids, few repeats).
 
 # %%
-REPO = Path(gpt2enc_edu.__file__).resolve().parent.parent
-RESULTS_DIR = Path(os.environ.get("GPT2ENC_BENCH_DIR", REPO / "docs" / "bench"))
-
-rows, meta = None, None
+rows, meta = committed_rows, committed_meta
+if rows:
+    print(f"committed full sweep from {RESULTS_DIR.name}/: device {meta.get('device')}, date {meta.get('date')}, "
+          f"copy rate {meta.get('copy_rate_GBps', float('nan')):.0f} GB/s; PyTorch: {meta.get('torch')}")
+live_rows = None
 if gpt2enc_edu.gpu_status().name == "cuda":
     config = bench.BenchConfig.quick_config(kinds=("uniform", "zipf"))
-    results = bench.run_benchmark(config, progress=False, command="notebooks/05_timings (live, quick subset)")
-    rows, meta = results.rows, results.meta
-    source = "measured live on this GPU (quick subset; the full run is `python -m gpt2enc_edu.bench`)"
-else:
-    try:
-        rows, meta = bench.load_results(RESULTS_DIR)
-        source = f"committed measurements from {RESULTS_DIR}"
-    except FileNotFoundError as exc:
-        print(f"No committed GPU results yet: {exc}.\nThe plots below need them; the rest of the notebook runs.")
-
-if rows is not None:
-    print(f"{source}\ndevice: {meta.get('device')}\ndate:   {meta.get('date')}\n"
-          f"copy rate: {meta.get('copy_rate_GBps', float('nan')):.0f} GB/s; PyTorch: {meta.get('torch')}")
+    live = bench.run_benchmark(config, progress=False, command="notebooks/05_timings (live, quick subset)")
+    live_rows = live.rows
+    print(f"measured now on {live.meta.get('device')} (quick subset), copy rate "
+          f"{live.meta.get('copy_rate_GBps', float('nan')):.0f} GB/s")
+    display(Markdown(bench.markdown_report(live.rows, live.meta)))
 
 # %%
-if rows is not None:
+if rows:
     display(Markdown(bench.markdown_report(rows, meta)))
 
 # %% [markdown]
 # ### Time per call against batch size
 #
-# Solid lines are this project's kernels, dashed ones PyTorch, the dotted one the CPU bucketing alone.
-# The black lines are the floors; the shaded bands the 10th-90th percentiles.
+# One row of panels per kind of ids, one panel per question, a few lines each. The black dashed line is the
+# memory floor of the panel's operation; the grey dotted line in the last panel is host work (NumPy on the
+# CPU), not a kernel.
 
 # %%
-if rows is not None:
-    fig = plt.figure(figsize=(16, 5.5), layout="constrained")
-    bench_plots.plot_times(rows, fig=fig, meta=meta)
+GROUPS = {
+    "forward": {"forward": "ours", "torch_forward": "PyTorch F.embedding + wpe"},
+    "backward, deterministic": {"chunked_gpu": "chunked, GPU table", "bucketed_gpu": "bucketed, GPU table",
+                                "torch_backward_det": "PyTorch, deterministic mode"},
+    "backward, nondeterministic": {"atomic_bf16": "bf16 atomics", "atomic_fp32": "fp32 atomics",
+                                   "torch_backward": "PyTorch"},
+    "the bucket table": {"gpu_buckets": "GPU table alone (one kernel)", "bucketed_cpu": "bucketed, CPU table",
+                         "make_buckets": "make_buckets alone (host NumPy)"},
+}
+FLOORS = {"forward": "forward", "backward, deterministic": "backward", "backward, nondeterministic": "backward"}
+if rows:
+    fig = timing_plots.sweep(rows, GROUPS, floor_op=FLOORS, title=f"committed full sweep ({meta.get('device')})")
     plt.show()
+if live_rows:
+    fig = timing_plots.sweep(live_rows, GROUPS, floor_op=FLOORS, title="measured now (quick subset)")
+    plt.show()
+
+# %% [markdown]
+# *Figure: time per call against B (log-log), panels by question and rows by kind of ids, floors dashed.*
+#
+# ### What dominates at small B: fixed costs
+#
+# The floor falls in proportion to B; the measured lines do not follow it down. At B=1 the minimal bytes are
+# a megabyte or two, a microsecond of copying, but a call still pays its launches, the bucketing kernel's
+# chain of phases (notebook 06), and for the CPU route the host round trip. The table shows the share:
+
+# %%
+if rows:
+    pick = ("forward", "chunked_gpu", "bucketed_gpu", "atomic_bf16", "bucketed_cpu")
+    by = {(r["case"], int(r["B"])): r for r in rows if r["ids"] == "real"}
+    print("real ids      B=1: time   floor  % of floor |  B=64: time   floor  % of floor")
+    for case in pick:
+        cells = []
+        for b in (1, 64):
+            r = by.get((case, b))
+            if r:
+                us, floor = float(r["median_us"]), float(r["floor_us"])
+                cells.append(f"{us:9.1f} {floor:7.1f} {100 * floor / us:8.1f}%")
+        print(f"{case:13s} " + " | ".join(cells))
 
 # %% [markdown]
 # ### Percent of the floor
 #
-# Higher is better; 100 % is the speed of a copy of the minimal bytes. At small B fixed costs (launches,
-# the host round trip of CPU bucketing) dominate, so the percentages drop there.
+# Higher is better; 100 % is the speed of a copy of the minimal bytes. At small B the fixed costs above
+# dominate, so the percentages drop there.
 
 # %%
-if rows is not None:
+if rows:
     fig = plt.figure(figsize=(16, 5), layout="constrained")
     bench_plots.plot_percent_of_floor(rows, fig=fig, meta=meta)
     plt.show()
 
 # %% [markdown]
-# ## The CPU bucketing alone, on this machine
+# ## The CPU bucketing: alone, and inside the backward
 #
-# The deterministic backward needs a bucket table (which positions hold which token). llm.c builds it on
-# the CPU with a C++ hash map; on the project's H200 host that took 46 ms at B=64 with uniform ids. Ours
-# is `make_buckets` (NumPy sorts, `gpt2enc_edu/buckets.py`); this times it here, on whatever CPU runs the
-# notebook (so the numbers vary from machine to machine).
+# The deterministic backward needs a bucket table. llm.c builds it on the CPU with a C++ hash map; the
+# package's CPU route uses `make_buckets` (NumPy sorts, `gpt2enc_edu/buckets.py`). The benchmark times that
+# route twice: **inside** the backward (`bucketed_cpu`: CUDA events around the whole call, which includes
+# the ids' copy to the host, `make_buckets`, the table's copy back and the kernels) and **alone**
+# (`make_buckets`: `time.perf_counter` around the NumPy call on the host). The difference should be the
+# GPU's part plus the copies; since the two are separate measurements, with separate timers, of host code
+# on a shared CPU, the difference is noisy and can come out small or even negative where the NumPy part
+# dominates. Both are far above the GPU-built table (`gpu_buckets`), which is why the package builds the
+# table on the GPU for CuPy arrays.
+
+# %%
+if rows:
+    by = {(r["case"], r["ids"], int(r["B"])): float(r["median_us"]) for r in rows}
+    print("committed run:          make_buckets alone | bucketed_cpu (whole call) | difference | GPU table alone")
+    for kind in ("uniform", "zipf", "real"):
+        for b in (1, 8, 64):
+            if ("make_buckets", kind, b) in by and ("bucketed_cpu", kind, b) in by:
+                alone, whole = by[("make_buckets", kind, b)], by[("bucketed_cpu", kind, b)]
+                print(f"  {kind:8s} B={b:2d}: {alone:12.0f} us | {whole:18.0f} us | {whole - alone:7.0f} us | "
+                      f"{by.get(('gpu_buckets', kind, b), float('nan')):8.0f} us")
+
+# %% [markdown]
+# And `make_buckets` timed now, on whatever CPU runs this notebook (so it varies from machine to machine, and
+# is not the H200 host's figure above):
 
 # %%
 print(f"make_buckets (NumPy) on this machine, T={T}, C={C}, bf16, median of 5:")
@@ -204,14 +262,15 @@ for kind in ("uniform", "zipf"):
 # ## How to read the results
 #
 # * The **forward** gathers a row per position and adds a position row: it is pure memory traffic, so
-#   its percent of floor says how close it gets to the copy rate.
-# * The **atomic backward** with fp32 accumulation pays for fp32 copies of the whole gradient tables
-#   (`dwte` is 50257 x 768) on every call, whatever B is; bf16 atomics avoid the copies but round at every
-#   add and depend on the order of the adds.
+#   its percent of floor says how close it gets to the copy rate (notebook 01 times its three versions).
+# * The **atomic backward** with fp32 accumulation widens the `dwte` rows the batch touches to fp32, adds
+#   there and rounds them back: three kernels; bf16 atomics need one, but round at every add (notebook 02)
+#   and depend on the order of the adds.
 # * The **deterministic backward with CPU bucketing** includes the ids' trip to the host, the NumPy table
 #   and its trip back: at large B that host work, not the GPU, sets the time. The **GPU bucketing** route
 #   removes the host round trip; the **chunked** kernel splits long buckets (frequent tokens) into
-#   32-item chunks, so skewed ids (Zipf, real text) do not leave one block with most of the work.
+#   32-item chunks, so skewed ids (Zipf, real text) do not leave one block with most of the work
+#   (notebook 06).
 # * **PyTorch**'s embedding backward computes a fresh dwte (it does not accumulate into an existing one),
 #   so it is held to the same floor as ours, which is slightly generous to it.
 #

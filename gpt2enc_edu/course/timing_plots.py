@@ -111,29 +111,39 @@ def skew_vs_time(rows, cases: dict[str, str], *, kinds=("uniform", "zipf", "real
     return fig
 
 
-def sweep(rows, groups: dict[str, dict[str, str]], *, floor_op: dict[str, str] | None = None, kind: str = "real",
-          title: str | None = None):
-    """Time against B for one id kind: one panel per group (``{panel title: {case: label}}``), at most a few
-    cases each; the memory floor of the panel's operation (black, dashed) when ``floor_op`` names it."""
+def sweep(rows, groups: dict[str, dict[str, str]], *, floor_op: dict[str, str] | None = None,
+          kinds=("uniform", "zipf", "real"), host_cases=("make_buckets",), title: str | None = None):
+    """The full sweep: one row of panels per id kind, one panel per group (``{panel title: {case: label}}``,
+    a few cases each), time against B. The memory floor of the panel's operation (``floor_op``) is a black
+    dashed line; host-side timings (``host_cases``) are grey and dotted, so neither reads as a kernel."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(groups), figsize=(4.6 * len(groups), 3.6), dpi=DPI, sharey=True,
-                             layout="constrained", squeeze=False)
-    for ax, (panel, cases) in zip(axes[0], groups.items()):
-        for case, label in cases.items():
-            B, us = _series(rows, case, kind)
-            if B:
-                ax.plot(B, us, marker="o", markersize=3, label=label)
-        op = (floor_op or {}).get(panel)
-        floor = sorted((r for r in rows if r["op"] == op and r["ids"] == kind), key=lambda r: int(r["B"]))
-        if op and floor:
-            by_b = {int(r["B"]): float(r["floor_us"]) for r in floor}
-            ax.plot(list(by_b), list(by_b.values()), "k--", linewidth=1.2, label="memory floor")
-        _batch_axis(ax, rows)
-        ax.set_title(panel, fontsize=9)
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7)
-    axes[0, 0].set_ylabel("time per call (µs)")
+    kinds = [k for k in kinds if any(r["ids"] == k for r in rows)]
+    fig, axes = plt.subplots(len(kinds), len(groups), figsize=(4.3 * len(groups), 3.0 * len(kinds)), dpi=DPI,
+                             sharex=True, sharey=True, layout="constrained", squeeze=False)
+    for i, kind in enumerate(kinds):
+        for ax, (panel, cases) in zip(axes[i], groups.items()):
+            for case, label in cases.items():
+                B, us = _series(rows, case, kind)
+                if not B:
+                    continue
+                if case in host_cases:
+                    ax.plot(B, us, ":", color="0.45", marker="s", markersize=3, label=label)
+                else:
+                    ax.plot(B, us, marker="o", markersize=3, label=label)
+            op = (floor_op or {}).get(panel)
+            floor = {int(r["B"]): float(r["floor_us"]) for r in rows
+                     if op and r["op"] == op and r["ids"] == kind and r["floor_us"] not in ("", None)}
+            if floor:
+                ax.plot(sorted(floor), [floor[b] for b in sorted(floor)], "k--", linewidth=1.4, label="memory floor")
+            _batch_axis(ax, rows)
+            ax.grid(alpha=0.3, which="both")
+            ax.set_title(f"{panel} · {kind} ids", fontsize=9)
+            if i < len(kinds) - 1:
+                ax.set_xlabel("")
+            if i == 0:
+                ax.legend(fontsize=7, loc="upper left")
+        axes[i, 0].set_ylabel("time per call (µs)")
     if title:
         fig.suptitle(title, fontsize=10)
     return fig
