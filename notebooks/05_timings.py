@@ -35,27 +35,30 @@
 # and CuPy when there is a GPU).
 
 # %%
-import importlib.util, os, shutil, subprocess, sys
+# 0. Setup: make `import gpt2enc_edu` work. Installed: nothing to do. In a checkout: put it on sys.path.
+# On Colab or Kaggle: install the package (from a clone, else from GitHub) and the CuPy for the runtime's CUDA.
+import os, subprocess, sys
 from pathlib import Path
 
+REPO = "OWNER/gpt2enc-edu"  # the GitHub repository hosted runtimes install from (placeholder; course/hosted.py)
+HOSTED = "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ or "KAGGLE_KERNEL_RUN_TYPE" in os.environ
 try:
     import gpt2enc_edu
 except ImportError:
     here = Path.cwd()
     roots = [d for d in (here.parent, here, *sorted(here.glob("*/"))) if (d / "gpt2enc_edu" / "__init__.py").is_file()]
-    if not roots:
+    if roots:
+        sys.path.insert(0, str(roots[0]))
+    if HOSTED:
+        target = f"{roots[0]}[notebooks]" if roots else f"gpt2enc-edu[notebooks] @ git+https://github.com/{REPO}"
+        subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", target])
+    elif not roots:
         raise
-    sys.path.insert(0, str(roots[0]))
-    if "google.colab" in sys.modules or any(k.startswith(("COLAB_", "KAGGLE_")) for k in os.environ):
-        wanted = {"ml_dtypes": "ml_dtypes", "matplotlib": "matplotlib", "tqdm": "tqdm"}
-        if shutil.which("nvidia-smi"):
-            wanted["cupy"] = "cupy-cuda12x"
-        missing = [pip_name for module, pip_name in wanted.items() if importlib.util.find_spec(module) is None]
-        if missing:
-            subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", *missing])
     import gpt2enc_edu
-
-print(gpt2enc_edu.gpu_status())
+if HOSTED:
+    from gpt2enc_edu.course import hosted
+    print(hosted.ensure_cupy())
+enc = gpt2enc_edu
 
 # %%
 import matplotlib.pyplot as plt
@@ -65,6 +68,7 @@ from gpt2enc_edu import bench
 from gpt2enc_edu.bench import plots as bench_plots
 from gpt2enc_edu.course import exercises, timing_plots
 from gpt2enc_edu.tokens import make_ids
+print(gpt2enc_edu.gpu_status())
 
 # %% [markdown]
 # ## What is timed, and what the floor is
