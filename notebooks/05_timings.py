@@ -30,9 +30,9 @@
 # %% [markdown]
 # ## 0. Setup
 # The next cell only makes `import gpt2enc_edu` work. Where the package is installed it does nothing.
-# In a checkout it puts the checkout on `sys.path`. On a hosted service (Colab, Kaggle) with the
-# repository cloned or uploaded, it also installs whatever is missing (`ml_dtypes`, `matplotlib`, `tqdm`,
-# and CuPy when there is a GPU).
+# In a checkout it puts the checkout on `sys.path`. On a hosted service (Colab, Kaggle) it installs the
+# package with what the notebooks need (from a clone, else from GitHub) and the CuPy wheel that matches the
+# runtime's CUDA when there is a GPU.
 
 # %%
 # 0. Setup: make `import gpt2enc_edu` work. Installed: nothing to do. In a checkout: put it on sys.path.
