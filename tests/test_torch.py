@@ -234,3 +234,17 @@ def test_cuda_runs_on_the_current_stream_without_copies(tt, rng):
     assert torch.equal(out.view(torch.int16), reference_out.view(torch.int16))
     assert torch.equal(wte_side.grad.view(torch.int16), wte.grad.view(torch.int16))
     assert torch.equal(wpe_side.grad.view(torch.int16), wpe.grad.view(torch.int16))
+
+
+@pytest.mark.gpu
+def test_on_torch_stream_makes_torchs_current_stream_cupys(tt):
+    import cupy
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA GPU")
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side), tt.on_torch_stream(torch.device("cuda")):
+        assert cupy.cuda.get_current_stream().ptr == side.cuda_stream
+    with tt.on_torch_stream(torch.device("cuda")):
+        assert cupy.cuda.get_current_stream().ptr == torch.cuda.current_stream().cuda_stream
