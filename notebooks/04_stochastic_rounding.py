@@ -23,7 +23,7 @@
 #
 # 0. Setup · 1. bf16 drops small updates · 2. Drift: many small additions · 3. SquirrelNoise5 ·
 # 4. The 16-bit threshold trick · 5. Why key the noise by element and seed · 6. llm.c does it this way ·
-# 7. Through the real kernels · 8. Exercise 4
+# 7. Through the real kernels · 8. The accumulation stall, method by method · 9. Exercise 4
 
 # %%
 # 0. Setup: make `import gpt2enc_edu` work. Installed: nothing to do. In a checkout: put it on sys.path.
@@ -290,13 +290,66 @@ for method, dwte in finals.items():
     print(f"{method:8s}: mean of dwte after {steps_k} steps {dwte.astype(np.float64).mean():.5f}, "
           f"checksum {compare.checksum(dwte)}")
 
-
 # %% [markdown]
 # The bucketed kernel tracks the exact sum, the atomic one (round to nearest) stays at 1.0. The
 # checksum of the bucketed result is the same on the GPU and in the CPU mirror: stochastic, yet
 # reproducible.
 #
-# ## 8. Exercise 4: the probability of rounding away from zero
+# ## 8. The accumulation stall, method by method
+#
+# Gradient accumulation adds into `dwte` call after call, and every call rounds its result to the storage
+# dtype once. What that does depends on the rounding, so here are all four methods, in bf16 and in fp32:
+# 1000 calls adding 1e-3 into 1.0, 256 channels (256 independently rounded elements).
+#
+# * **Round to nearest** (`atomic`: fp32 adds, rounded once per call; `atomic_bf16`: every add rounded): an
+#   update smaller than half an ulp of the stored value is lost, every call. Between 1 and 2 a bf16 ulp is
+#   2⁻⁷, half of it 0.0039 > 0.001: the accumulation **stalls** at exactly 1.0.
+# * **Stochastic rounding** (`bucketed`, `chunked`): unbiased, so each element's expected value is the exact
+#   sum. Its spread comes from the ulp: one stochastic rounding onto a grid of spacing u has variance at
+#   most u²/4; the values stay below 4, so u ≤ 2⁻⁶, and the mean of 256 elements after 1000 calls has a
+#   standard deviation of at most √(1000 · 2⁻¹² / 4 / 256) ≈ 0.015.
+# * **fp32**: round to nearest too, but 1e-3 is far above half an fp32 ulp (6e-8 at 1.0): every method keeps up.
+
+# %%
+from gpt2enc_edu import validate
+
+calls, width = 1000, 256
+one_id = xp.zeros((1, 1), dtype=np.int32)
+exact_sum = 1.0 + calls * float(np.float32(1e-3).astype(enc.bfloat16))  # the bf16 gradient, added 1000 times
+sigma_of_mean = np.sqrt(calls * 2.0**-12 / 4 / width)
+print(f"exact sum {exact_sum:.5f}; the stochastic methods' mean must lie within 5 sigma = {5 * sigma_of_mean:.3f}")
+for dtype in (enc.bfloat16, np.float32):
+    for method in validate.METHODS:
+        if method == "atomic_bf16" and np.dtype(dtype) != np.dtype(enc.bfloat16):
+            continue  # bf16 atomics need bf16 storage
+        dwte_s = xp.asarray(np.ones((1, width), dtype=dtype))
+        dwpe_s = xp.asarray(np.ones((1, width), dtype=dtype))
+        dout_s = xp.asarray(np.full((1, 1, width), 1e-3, dtype=np.float32).astype(dtype))
+        for call in range(calls):
+            enc.encoder_backward(dwte_s, dwpe_s, dout_s, one_id, seed=call, method=method, check_ids=False)
+        got = to_numpy(dwte_s).astype(np.float64)
+        exact = 1.0 + calls * float(np.float32(1e-3).astype(dtype))
+        if np.dtype(dtype) == np.dtype(np.float32):
+            verdict = "keeps up"
+            assert np.abs(got - exact).max() <= calls * 2.0**-23
+        elif method.startswith("atomic"):
+            verdict = "stalled at 1.0"
+            assert (got == 1.0).all()
+        else:
+            verdict = "reaches the sum on average"
+            assert abs(got.mean() - exact) < 5 * sigma_of_mean and got.max() < 4
+        print(f"{np.dtype(dtype).name:8s} {method:11s}: mean {got.mean():.5f}, min {got.min():.5f}, "
+              f"max {got.max():.5f}  ({verdict})")
+
+
+# %% [markdown]
+# This is the lesson of stochastic rounding in one table: with bf16 storage, only the stochastically rounded
+# methods keep gradient accumulation working for updates below half an ulp. (With one position per call the
+# atomic methods have nothing to reorder here: their stall is exact to the bit, on both backends.)
+# `tests/test_bounds.py` asserts the same on both backends, and `docs/reliability.md` states the drift per
+# method.
+#
+# ## 9. Exercise 4: the probability of rounding away from zero
 #
 # Write `away_from_zero_probability(x)`: for each fp32 value of the array `x` (NumPy or CuPy), the
 # probability that stochastic rounding stores the bf16 neighbour farther from zero. Values that bf16
