@@ -576,6 +576,9 @@ BAD_SEEDS = [
     pytest.param(np.bool_(False), TypeError, id="numpy-bool"),
     pytest.param("3", TypeError, id="str"),
     pytest.param(None, TypeError, id="None"),
+    pytest.param(np.timedelta64(5), TypeError, id="timedelta64"),
+    pytest.param(np.timedelta64(5, "s"), TypeError, id="timedelta64-seconds"),
+    pytest.param(np.array(5), TypeError, id="0-d-array"),
 ]
 
 
@@ -604,6 +607,8 @@ def test_backward_boundary_seeds_accepted(xp, rng, seed):
     (None, TypeError, r"method must be a string"),
     (3, TypeError, r"method must be a string"),
     (b"bucketed", TypeError, r"method must be a string"),
+    (np.array(["bucketed"]), TypeError, r"method must be a string, .*not ndarray"),
+    (np.array("bucketed"), TypeError, r"method must be a string, .*not ndarray"),
 ])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_backward_unknown_method(xp, rng, dtype, method, exc, match):
@@ -622,6 +627,35 @@ def test_backward_unknown_bucketing(xp, rng, bucketing):
     p = problem(rng).on(xp)
     refuse_backward(ValueError, r"bucketing must be", dwte=p.dwte, dwpe=p.dwpe, dout=p.dout, inp=p.inp,
                     bucketing=bucketing)
+
+
+@pytest.mark.parametrize("bucketing", [None, 1, b"cpu", np.array(["cpu"]), ["cpu"]], ids=repr)
+def test_backward_bucketing_must_be_a_string(xp, rng, bucketing):
+    p = problem(rng).on(xp)
+    refuse_backward(TypeError, r"bucketing must be a string", dwte=p.dwte, dwpe=p.dwpe, dout=p.dout, inp=p.inp,
+                    bucketing=bucketing)
+
+
+BAD_FLAGS = [None, 0, 1, [], [True], np.array([True]), np.array(True), "yes", 1.0, np.int8(1)]
+
+
+@pytest.mark.parametrize("flag", BAD_FLAGS, ids=repr)
+def test_check_ids_must_be_a_bool(xp, rng, flag):
+    """``check_ids`` is read as a bool only if it is one: None, 0 and [] used to switch the id check off."""
+    p = problem(rng)
+    ids = p.inp.copy()
+    ids[0, 0] = V  # out of range: a check_ids read as False would let it through
+    on = replace(p, inp=ids).on(xp)
+    refuse_backward(TypeError, r"check_ids must be True or False", dwte=on.dwte, dwpe=on.dwpe, dout=on.dout,
+                    inp=on.inp, check_ids=flag)
+    watched = {"inp": on.inp, "wte": on.wte, "wpe": on.wpe}
+    assert_refused(TypeError, r"check_ids must be True or False",
+                   lambda: enc.encoder_forward(on.inp, on.wte, on.wpe, check_ids=flag), watched)
+
+
+def test_numpy_bool_check_ids_accepted(rng):
+    p = problem(rng).on(np)
+    enc.encoder_backward(p.dwte, p.dwpe, p.dout, p.inp, seed=1, check_ids=np.bool_(True))
 
 
 def test_gpu_bucketing_refuses_numpy(rng):
@@ -669,6 +703,102 @@ def test_backward_mixed_dtypes(xp, rng, method, case):
         match = r"dout must be ml_dtypes.bfloat16 or numpy.float32, not float64"
     args["inp"] = p_bf16.inp
     refuse_backward(TypeError, match, method=method, **{k: xp.asarray(v) for k, v in args.items()})
+
+
+# ----------------------------------------------------------------------------------------------------------
+# ndarray subclasses (only plain arrays reach a kernel)
+
+
+class Tagged(np.ndarray):
+    """A subclass that changes nothing: refused all the same."""
+
+
+def _subclassed(kind: str, array: np.ndarray):
+    if kind == "matrix":
+        return np.asmatrix(array)
+    if kind == "masked":
+        mask = np.zeros(array.shape, bool)
+        mask.reshape(-1)[0] = True
+        return np.ma.masked_array(array, mask=mask)
+    return array.view(Tagged)
+
+
+SUBCLASSES = ["matrix", "masked", "tagged"]
+
+
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
+@pytest.mark.parametrize("kind", SUBCLASSES)
+@pytest.mark.parametrize("name", BACKWARD_ARGS)
+@pytest.mark.parametrize("combo", COMBOS)
+def test_backward_refuses_subclasses(rng, combo, name, kind):
+    dtype, method = combo
+    arrays = _backward_arrays(np, problem(rng, dtype))
+    if kind == "matrix" and arrays[name].ndim != 2:
+        pytest.skip("np.matrix is 2-D only")
+    arrays[name] = _subclassed(kind, arrays[name])
+    refuse_backward(TypeError, rf"{name} must be a plain numpy.ndarray, not the subclass", method=method, **arrays)
+
+
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
+@pytest.mark.parametrize("kind", SUBCLASSES)
+@pytest.mark.parametrize("name", FORWARD_ARGS)
+def test_forward_refuses_subclasses(rng, name, kind):
+    arrays = _forward_arrays(np, problem(rng))
+    if kind == "matrix" and arrays[name].ndim != 2:
+        pytest.skip("np.matrix is 2-D only")
+    arrays[name] = _subclassed(kind, arrays[name])
+    refuse_forward(TypeError, rf"{name} must be a plain numpy.ndarray, not the subclass", **arrays)
+
+
+@pytest.mark.parametrize("hidden", [-1, V])
+def test_masked_ids_cannot_hide_out_of_range_ids(rng, hidden):
+    """A masked array's min/max skip masked entries; the kernels would read them: refused by type first."""
+    p = problem(rng)
+    ids = p.inp.copy()
+    ids[1, 1] = hidden
+    masked = np.ma.masked_array(ids, mask=ids == hidden)
+    assert 0 <= masked.min() and masked.max() < V  # what the range check would have seen
+    refuse_backward(TypeError, r"inp must be a plain numpy.ndarray", dwte=p.dwte, dwpe=p.dwpe, dout=p.dout,
+                    inp=masked)
+    refuse_forward(TypeError, r"inp must be a plain numpy.ndarray", inp=masked, wte=p.wte, wpe=p.wpe)
+    refuse_buckets(TypeError, r"inp must be a plain numpy.ndarray", masked, C, BF16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", BACKWARD_ARGS)
+def test_backward_refuses_cupy_subclasses(rng, name):
+    import cupy
+
+    class TaggedCupy(cupy.ndarray):
+        pass
+
+    arrays = _backward_arrays(cupy, problem(rng))
+    plain = arrays[name]
+    arrays[name] = TaggedCupy(plain.shape, plain.dtype, memptr=plain.data)
+    refuse_backward(TypeError, rf"{name} must be a plain cupy.ndarray, not the subclass TaggedCupy",
+                    watch={"plain": plain}, **arrays)
+
+
+def test_memmap_is_accepted_like_a_plain_array(tmp_path, rng):
+    """Decision: np.memmap (a plain buffer mapped from a file) is accepted; same bits as plain arrays."""
+    p = problem(rng)
+    dwte = np.memmap(tmp_path / "dwte.bin", dtype=BF16, mode="w+", shape=p.dwte.shape)
+    dwte[...] = p.dwte
+    expected = p.on(np)
+    enc.encoder_backward(expected.dwte, expected.dwpe, expected.dout, expected.inp, seed=3)
+    dwpe = p.dwpe.copy()
+    enc.encoder_backward(dwte, dwpe, p.dout, p.inp, seed=3)
+    assert compare.bitwise_equal(np.asarray(dwte), expected.dwte) and compare.bitwise_equal(dwpe, expected.dwpe)
+
+
+def test_two_memmaps_of_one_file_overlap(tmp_path, rng):
+    """dwpe and dout mapped over the same bytes of one file: different addresses, refused as overlapping."""
+    p = problem(rng, maxT=B * T)
+    path = tmp_path / "one.bin"
+    p.dwpe.tofile(path)
+    dwpe = np.memmap(path, dtype=BF16, mode="r+", shape=p.dwpe.shape)
+    dout = np.memmap(path, dtype=BF16, mode="r", shape=(B, T, C))
+    refuse_backward(ValueError, r"dwpe and dout overlap in memory", dwte=p.dwte, dwpe=dwpe, dout=dout, inp=p.inp)
 
 
 # ----------------------------------------------------------------------------------------------------------
