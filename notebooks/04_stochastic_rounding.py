@@ -120,6 +120,10 @@ for step in range(1, steps + 1):
 ax = plots.rounding_drift({"bf16, round to nearest": nearest, "bf16, stochastic": stochastic, "fp32": fp32},
                           exact=1.0 + np.arange(steps + 1) * 1e-4, title="1.0 + 10000 additions of 1e-4")
 
+# %% [markdown]
+# *Figure: accumulated value against step for 10,000 additions of 1e-4 to 1.0: round-to-nearest bf16 stays flat at
+# 1.0, stochastic bf16 runs scatter around the exact line, fp32 lies on it.*
+
 # %%
 # NBVAL_CHECK_OUTPUT
 print(f"after {steps} additions (exact 2.0):")
@@ -165,6 +169,9 @@ thresholds = rounding.noise_2d(np.arange(1 << 16), 0, 2024) & 0xFFFF
 fig = plots.noise_uniformity(thresholds)
 
 # %% [markdown]
+# *Figure: left, a flat histogram of 65,536 16-bit thresholds; right, each threshold against the next, a
+# structureless cloud.*
+#
 # ## 4. The 16-bit threshold trick
 #
 # bf16 keeps the top 16 bits of an fp32 value and drops the low 16. Read those 16 dropped bits as a number
@@ -202,6 +209,9 @@ observed = [float((rounding.stochastic_round_bf16(np.full(draws.size, np.float32
 ax = plots.round_up_probability(fractions, observed, title="1 + f * 2^-7, 65536 draws each")
 
 # %% [markdown]
+# *Figure: the observed fraction rounded up against the position between two bf16 neighbours; the points lie on the
+# diagonal.*
+#
 # ## 5. Why key the noise by element and seed
 #
 # The kernels draw the threshold of element `e` of a gradient tensor as `noise_2d(e, stream, seed)`:
@@ -224,6 +234,10 @@ fresh = accumulate_bf16(quarter, steps_q, runs, seed_of_step=lambda step: step)
 fixed = accumulate_bf16(quarter, steps_q, runs, seed_of_step=lambda step: 0)
 ax = plots.rounding_drift({"fresh seed every step": fresh, "the same seed every step": fixed},
                           exact=1.0 + np.arange(steps_q + 1) * 2.0**-9, title="1.0 + 512 additions of 2^-9")
+
+# %% [markdown]
+# *Figure: 512 additions of 2^-9: with a fresh seed per step the runs follow the exact line; with one seed some runs
+# climb in full bf16 steps and the others never move.*
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -283,6 +297,10 @@ for method in ("atomic", "bucketed"):
 print(enc.last_backend())
 ax = plots.rounding_drift(curves, exact=1.0 + np.arange(steps_k + 1) * float(grad),
                           title=f"dwte (bf16), {steps_k} backward steps of 1e-3")
+
+# %% [markdown]
+# *Figure: mean of dwte over 1000 backward steps of 1e-3: the bucketed kernel (stochastic rounding) follows the
+# exact line, the atomic one (round to nearest) stays at 1.0.*
 
 # %%
 # NBVAL_CHECK_OUTPUT
