@@ -209,6 +209,9 @@ ax = plots.ulp_histogram({name: compare.ulp_difference(first[0], second[0]) for 
                          limit=16, title="dwte (fp32): run 1 minus run 2")
 
 # %% [markdown]
+# *Figure: histogram (log counts) of the ULP difference between two fp32 atomic runs: a tall peak at 0, tails of a
+# few ULPs, and the overflow bins at the ends.*
+#
 # Different bits, but both runs are equally right: each lies within `compare.error_bound` of the
 # float64 reference (fp32 sums of up to `max_terms` terms):
 
@@ -258,6 +261,9 @@ for method, ulps in ulps16.items():
              if off.size else ""))
 
 # %% [markdown]
+# *Figure: histogram of each bf16 result minus the rounded reference, in bf16 ULPs: fp32 accumulation almost only at
+# 0; bf16 atomics with side bins at plus and minus 1 and a thin tail.*
+#
 # Per row, against the number of adds the row received (the median over the row's 768 channels, which
 # ignores the few channels whose sum cancels to almost zero): one rounding per add means the error grows
 # with the number of adds, while fp32 accumulation rounds once whatever the count.
@@ -270,6 +276,9 @@ errors = {method: np.median(np.abs(compare.ulp_difference(pair[0][0][rows], targ
 ax = plots.error_vs_adds(adds[rows], errors, title="dwte (bf16): error per row")
 
 # %% [markdown]
+# *Figure: median error per dwte row against the number of adds the row received: flat near 0 for fp32 accumulation,
+# growing with the adds for bf16 atomics.*
+#
 # That looks mild, and with these inputs it is: `dout` and `dwte` are both N(0, 1), so every add is about
 # as large as the value it lands on, and one bf16 rounding per add costs little. **The real failure needs
 # small updates**, as in training: a gradient accumulated over many micro-batches is large, the next
