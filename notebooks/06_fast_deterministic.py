@@ -103,6 +103,10 @@ print(f"chunked: {table.num_units} units of at most {layout.CHUNK_ITEMS} positio
 # %%
 ax = plots.chunk_units(table, title="B=8, T=1024, real ids: the 12 most frequent tokens, cut into 32-position chunks")
 
+# %% [markdown]
+# *Figure: one bar per frequent token, its length the token's positions, split into alternating-colour 32-position
+# chunks, each labelled with its number of warps.*
+
 # %%
 # NBVAL_CHECK_OUTPUT
 print("units[:4] (token, chunk, start, size):\n", table.units[:4])
