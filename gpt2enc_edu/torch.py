@@ -37,6 +37,7 @@ What it does, and the decisions behind it:
 from __future__ import annotations
 
 import contextlib
+import warnings
 
 import numpy as np
 import torch
@@ -94,14 +95,11 @@ def on_torch_stream(device: torch.device):
 
 
 def _cupy_stream(cupy, stream, index: int):
-    """torch's ``stream`` as a CuPy stream: ``Stream.from_external`` (CuPy 14), else ``ExternalStream``."""
-    from_external = getattr(cupy.cuda.Stream, "from_external", None)
-    if from_external is not None:
-        try:
-            return from_external(stream)
-        except (TypeError, AttributeError, ValueError):
-            pass
-    return cupy.cuda.ExternalStream(stream.cuda_stream, index)
+    """torch's ``stream`` as a CuPy ``ExternalStream`` (CuPy 14 calls it deprecated in favour of
+    ``Stream.from_external``; the warning is silenced here, the older call is the one checked on the H200)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return cupy.cuda.ExternalStream(stream.cuda_stream, index)
 
 
 def draw_seed(generator: torch.Generator | None = None) -> int:
