@@ -284,7 +284,9 @@ for per_block in (0, 2):
 # One block of 256 threads (8 warps) per bucket. Lane `l` of every warp owns the same 8 channels (one
 # pack) of the bucket's channel group. Warp `w` adds items `w, w + 8, w + 16, …` of the bucket, so the
 # 8 warps share the positions; then warp 0 adds the partial sums of warps 1, 2, …, 7 in that order
-# (through shared memory), adds the old `dwte` value and rounds once. Every sum has a fixed order.
+# (through shared memory), adds the old `dwte` value and rounds once. Every sum has a fixed order. A bucket
+# with fewer than 8 items keeps only that many warps busy: the others leave at once, and the busy ones meet
+# at a barrier that counts only them (section 7 says why that matters).
 #
 # The rounding to bf16 is stochastic (notebook 04), and its random numbers are keyed by the **element**
 # `(token, channel)` and the seed, not by the block or the thread, so the order in which blocks run
@@ -420,10 +422,13 @@ print("shuffled bucket order, same dwte bits:", compare.bitwise_equal(on.dwte, r
 #    and, as the shuffle above showed, does not matter anyway.
 # 2. **Who reaches the barrier.** In llm.c, warps with no item (`warp_id >= bucket_size`) and lanes with no
 #    channel (`c >= C`) `return` before `__syncthreads()`; its comment relies on exited threads counting as
-#    arrived. CUDA's programming guide allows `__syncthreads()` only where the whole block reaches it;
-#    exited threads being counted is hardware behaviour, not a documented rule. Here every thread of a
-#    working block reaches the barrier (idle ones simply add nothing), so the kernel stays within the rules
-#    and compute-sanitizer's `synccheck` and `racecheck` have nothing to report.
+#    arrived. CUDA's programming guide allows `__syncthreads()` only where every thread of the block reaches
+#    it; exited threads being counted is observed hardware behaviour, not a documented rule. The package's
+#    kernel also lets idle warps leave early (their slots go to the next blocks, which makes small buckets
+#    cheap), but the busy warps then meet at a **named barrier** that states how many threads it waits for,
+#    `bar.sync 1, busy_warps * 32`, and lanes without channels stay with their warp until it. Every thread a
+#    barrier counts reaches it, so the kernel is within the documented rules, not relying on the hardware's
+#    lenience, and compute-sanitizer's `synccheck` and `racecheck` have nothing to flag.
 # 3. **Item lists.** llm.c files every position once per channel group, under a 64-bit key packing `bt`,
 #    the channel group and the token, and copies a list of B·T·(C/256) entries. Here the channel groups of
 #    a token share **one** list of positions (`bt_list` has B·T entries): a third of the table for C = 768.
