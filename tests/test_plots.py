@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 import gpt2enc_edu as enc  # noqa: E402
-from gpt2enc_edu.course import plots, schedule  # noqa: E402
+from gpt2enc_edu.course import measured, plots, schedule, timing_plots  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -179,3 +179,50 @@ def test_chunk_units_draws_one_bar_per_chunk():
     bars = [len(collection.get_paths()) for collection in ax.collections]
     assert bars == [3, 2, 1]  # 70 -> 32 + 32 + 6, 33 -> 32 + 1, 5 -> 5
     assert [t.get_text() for t in ax.get_yticklabels()] == ["token 7", "token 3", "token 1"]
+
+
+# ---------------------------------------------------------------------------------------------- timing plots
+
+
+def _rows():
+    rows = []
+    for kind, scale in (("uniform", 1.0), ("zipf", 2.0)):
+        for B in (1, 8, 64):
+            rows.append(dict(case="bucketed_gpu", ids=kind, B=B, op="backward", median_us=scale * 10 * B,
+                             floor_us=B * 0.5))
+            rows.append(dict(case="make_buckets", ids=kind, B=B, op=None, median_us=100.0 * B, floor_us=None))
+    return rows
+
+
+def test_committed_walkthrough_numbers_load_and_draw():
+    """The CPU path of notebooks 01 and 06: the committed H200 files load, say where they come from, and draw."""
+    forward = measured.forward_versions(np)
+    phases = measured.bucketing_phases(np)
+    assert forward is not None and "committed" in forward["source"] and "no GPU here" in forward["source"]
+    assert {r["version"] for r in forward["rows"]} == {1, 2, 3}
+    assert all(r["bitwise_equal_to_v3"] for r in forward["rows"])
+    ax = timing_plots.forward_versions(forward)
+    assert len(ax.patches) == len(forward["rows"])
+    fig = timing_plots.bucketing_phases(phases)
+    assert len(fig.axes) == len(phases["runs"])
+    assert "no measurements" in timing_plots.forward_versions(None).texts[0].get_text()
+
+
+def test_forward_floor_bytes():
+    inp = np.array([[1, 2, 1]], dtype=np.int32)  # B=1, T=3, two distinct rows
+    assert measured.forward_floor_bytes(inp, 8, 2) == (3 * 8 + 2 * 8 + 3 * 8) * 2 + 3 * 4
+
+
+def test_skew_vs_time_and_sweep_draw_one_line_per_kind_and_the_floor():
+    rows = _rows()
+    fig = timing_plots.skew_vs_time(rows, {"bucketed_gpu": "bucketed"})
+    (ax,) = fig.axes
+    assert [line.get_label() for line in ax.get_lines()] == ["uniform ids", "zipf ids"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "8", "64"]
+    assert timing_plots.spread_by_kind(rows, "bucketed_gpu")[64] == {"uniform": 640.0, "zipf": 1280.0}
+    fig = timing_plots.sweep(rows, {"p": {"bucketed_gpu": "b", "make_buckets": "host"}}, floor_op={"p": "backward"})
+    assert len(fig.axes) == 2  # one row per kind present
+    labels = [line.get_label() for line in fig.axes[0].get_lines()]
+    assert labels == ["b", "host", "memory floor"]
+    host, floor = fig.axes[0].get_lines()[1:]
+    assert host.get_linestyle() == ":" and floor.get_linestyle() == "--" and floor.get_color() == "k"
