@@ -215,10 +215,11 @@ del p, results, cpu, ref, bound, chunked, bucketed, ulps
 #
 # **Why one cooperative launch.** Every phase needs the whole result of the one before (a scan over all
 # counts, a sort over all positions). As separate kernels that is about twenty launches, each paying launch
-# latency, and sorting with library calls adds fixed overheads that dwarf a 65,536-id batch. A *cooperative*
+# latency, and general library sort calls bring fixed overheads of their own. A *cooperative*
 # launch guarantees that every block of the grid is resident at once, which makes a grid-wide barrier
-# (`grid.sync()`) legal: the phases run back to back inside one kernel. The grid is kept to a few SMs, so
-# the wpe kernel, launched beside it on a second stream, has the rest of the GPU. For small batches even the
+# (`grid.sync()`) legal: the phases run back to back inside one kernel. The grid is kept to part of the
+# SMs (`gpu_buckets.COOPERATIVE_MAX_BLOCKS`), so the wpe kernel, launched beside it on a second stream, has
+# the rest of the GPU. For small batches even the
 # grid barriers cost more than the work, so one block does it all with `__syncthreads()`.
 #
 # **No host sync.** The table's size stays on the GPU (`counters`); the wte kernel is launched for an upper
@@ -255,9 +256,9 @@ fig = timing_plots.bucketing_phases(phases)
 # kernel), with the whole kernel in grey.*
 #
 # At **B = 1** there are 1024 ids, 4 KB: no phase is limited by bandwidth. The cost is a chain of dependent
-# steps (radix passes, scans), each waiting for the one before: latency, a few microseconds per phase, about
-# 16 µs in all on the H200. At **B = 64** (65,536 ids) the two stable sorts and the scans dominate, still
-# tens of microseconds, against milliseconds for the host route (notebook 05).
+# steps (radix passes, scans), each waiting for the one before: latency, a few microseconds per phase and
+# some tens of microseconds at most in all. At **B = 64** (65,536 ids) the two stable sorts and the scans
+# take most of it, still tens of microseconds, against milliseconds for the host route (notebook 05).
 #
 # ## 7. Skew against measured time
 #
