@@ -132,9 +132,9 @@ def _backward_kernels(method: str, dtype, shape, bucketing: str | None) -> froze
         return frozenset({"encoder_backward_atomic_bf16_kernel"})
     if method == "atomic":
         if np.dtype(dtype).itemsize == 2:
-            return frozenset({"encoder_backward_atomic_widen_kernel", "encoder_backward_atomic_fp32_kernel",
+            return frozenset({"encoder_backward_atomic_widen_kernel", "encoder_backward_atomic_fp32_rows_kernel",
                               "encoder_backward_atomic_narrow_kernel"})
-        return frozenset({"encoder_backward_atomic_fp32_kernel"})
+        return frozenset({"encoder_backward_atomic_fp32_rows_kernel"})
     wte = ({"encoder_backward_wte_chunked_kernel", "encoder_backward_wte_chunk_combine_kernel"}
            if method == "chunked" else {f"encoder_backward_wte_{method}_kernel"})
     bucketing_kernels = {_bucketing_kernel(B * T, V)} if bucketing in ("gpu", "auto", None) else set()
@@ -221,10 +221,42 @@ def _backward_case(name: str, shape, dtype, method: str, bucketing: str | None) 
                 return f"{label}: outside the error bound of the float64 reference"
         return None
 
-    atomic_fp32 = "atomic fp32 kernel" + (" (on fp32 copies of the bf16 gradients)" if dtype.itemsize == 2 else "")
+    atomic_fp32 = "atomic fp32 rows kernel" + (" between the widen and narrow kernels (bf16 storage)"
+                                               if dtype.itemsize == 2 else "")
     kernels = {"atomic": atomic_fp32, "atomic_bf16": "atomic bf16 kernel"}.get(
         method, f"wpe kernel + {method} wte kernel, bucket table built on the {bucketing or 'default side'}")
     return Case(name, run, kernels, _backward_kernels(method, dtype, shape, bucketing))
+
+
+def _atomic_fp32_plain_case(name: str, shape, dtype) -> Case:
+    """``encoder_backward_atomic_fp32_kernel``, the one-pack-per-thread atomic kernel notebook 02 teaches (the
+    package's route uses the rows kernel): launched directly on fp32 copies after validation."""
+
+    def run(check: bool) -> str | None:
+        import cupy
+
+        from gpt2enc_edu.layout import BLOCK_SIZE, ceil_div, pack_size
+        from gpt2enc_edu.loader import get_kernel, launch
+
+        p = _problem(name, shape, dtype)
+        g = p.on(cupy)
+        validate.backward_args(g.dwte, g.dwpe, g.dout, g.inp, 0, "atomic", True)
+        dwte32, dwpe32 = g.dwte.astype(cupy.float32), g.dwpe.astype(cupy.float32)
+        kernel = get_kernel("encoder_backward_atomic.cu", "encoder_backward_atomic_fp32_kernel", dtype)
+        launch(kernel, ceil_div(p.B * p.T * p.C // pack_size(dtype), BLOCK_SIZE), BLOCK_SIZE,
+               (dwte32, dwpe32, g.dout, g.inp, np.int32(p.B), np.int32(p.T), np.int32(p.C)))
+        cupy.cuda.Device().synchronize()
+        if not check:
+            return None
+        ref = reference.backward(p.dwte, p.dwpe, p.dout, p.inp)
+        for label, got, want, magnitude in (("dwte", dwte32, ref.dwte, ref.dwte_abs),
+                                            ("dwpe", dwpe32, ref.dwpe, ref.dwpe_abs)):
+            if not compare.within_bound(got, want, compare.error_bound(np.float32, magnitude, ref.max_terms)):
+                return f"{label}: outside the error bound of the float64 reference"
+        return None
+
+    return Case(name, run, "encoder_backward_atomic_fp32_kernel (one pack per thread, as notebook 02 teaches)",
+                frozenset({"encoder_backward_atomic_fp32_kernel"}))
 
 
 def _bench_spin_case() -> Case:
@@ -261,6 +293,8 @@ def default_cases() -> list[Case]:
                 for bucketing in bucketings:
                     op = f"backward-{method}" + (f"-{bucketing}" if bucketing else "")
                     cases.append(_backward_case(f"{op}/{dtype_name}/{shape_name}", shape, dtype, method, bucketing))
+            if shape_name in ("B1-T1-C8", "ordinary", "B1-C776", "thousands-per-bucket"):
+                cases.append(_atomic_fp32_plain_case(f"atomic-fp32-plain/{dtype_name}/{shape_name}", shape, dtype))
     if "bench_spin_kernel" in kernel_names():
         cases.append(_bench_spin_case())
     return cases
