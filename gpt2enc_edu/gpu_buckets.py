@@ -3,8 +3,7 @@
 ``build_bucket_table_gpu(inp, C, dtype, V)`` launches one kernel that writes the same table as
 ``buckets.build_bucket_table`` (NumPy) into device buffers: for a small batch (B*T <= ``SMALL_MAX_BT`` ids,
 V <= 65536) ``bucketing_small_kernel`` (``kernels/bucketing_small.cu``), one block that sorts in shared
-memory; otherwise the cooperative ``bucketing_kernel`` (``kernels/bucketing.cu``), whose grid is kept to
-``COOPERATIVE_MAX_BLOCKS`` SMs so that the wpe kernel, queued beside it, has the others.
+memory; otherwise the cooperative ``bucketing_kernel`` (``kernels/bucketing.cu``), one block per SM at most.
 ``phase_times_us`` measures what each phase of the chosen kernel costs. The host cannot know the table's exact size
 without waiting for the GPU, so a ``DeviceBucketTable`` carries upper bounds (``max_buckets``,
 ``max_units``) for launch grids plus the exact sizes in device memory (``counters``), which the wte
@@ -38,9 +37,10 @@ from .layout import (
 )
 from .loader import cupy_module, get_kernel, launch
 
-#: Most blocks (SMs) of the cooperative bucketing kernel: one block of 1024 threads fills an SM's registers,
-#: so the wpe kernel that runs beside it gets only the SMs it leaves free.
-COOPERATIVE_MAX_BLOCKS = 32
+#: Most blocks of the cooperative bucketing kernel, besides one per SM. Capping it at 32 SMs, to leave the
+#: others to the wpe kernel queued beside it, was measured on an H200 (docs/performance.md): the table took
+#: 72 us instead of 60 at B=64 and the wpe kernel still did not run beside it, so there is no cap.
+COOPERATIVE_MAX_BLOCKS = 1 << 20
 
 
 def max_units(BT: int, V: int) -> int:
@@ -152,8 +152,7 @@ _workspaces: dict = {}
 
 
 def _grid_size(cupy, BT: int, V: int) -> int:
-    """Blocks of the cooperative launch: at most ``COOPERATIVE_MAX_BLOCKS`` and the SM count (always
-    co-resident), none idle on small inputs."""
+    """Blocks of the cooperative launch: one per SM at most (always co-resident), none idle on small inputs."""
     sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
     return max(1, min(sms, COOPERATIVE_MAX_BLOCKS, ceil_div(max(V, BT), BUCKETING_THREADS)))
 
@@ -186,7 +185,7 @@ def _launch(inp, C: int, dtype, V: int, stop_after: int = 0):
     BT = int(inp.size)
     groups = num_c_groups(C, dtype)
     small = uses_small_kernel(BT, V)
-    key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, BT, V, groups)
+    key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, BT, V, groups, small)
     ws = _workspaces.get(key)
     if ws is None:
         ws = _workspaces[key] = _Workspace(cupy, BT, V, groups, 1 if small else _grid_size(cupy, BT, V), small)
