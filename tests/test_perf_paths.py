@@ -1,0 +1,135 @@
+"""The fast paths of performance round 2, on a GPU (skipped without one).
+
+Forward versions 1-3 give the mirror's bits; the bucketed wte kernel (idle warps leave, a named barrier counts
+the busy ones) gives the mirror's bits for buckets of every size; both bucketing kernels (one block for small
+batches, the cooperative one) give the NumPy table; ``phase_times_us`` accounts for the whole kernel; the fp32
+atomic backward touches only the batch's rows and stays within the fp32 error bound over repeated calls.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gpt2enc_edu as enc
+from gpt2enc_edu import compare, cuda, gpu_buckets, mirror
+from gpt2enc_edu.problems import count_poison, poisoned, random_problem
+from gpt2enc_edu.rounding import bfloat16
+from gpt2enc_edu.tokens import make_ids
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = [pytest.param(bfloat16, id="bf16"), pytest.param(np.float32, id="fp32")]
+#: Terms per element in the atomic test's error bound (a generous count of the rows added per call).
+B_T_TERMS = 64
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("B, T, C", [(1, 1, 8), (3, 37, 776), (9, 64, 768), (17, 5, 64)])
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_forward_versions_bitwise(rng, dtype, B, T, C, version):
+    import cupy
+
+    p = random_problem(B, T, C, 300, T + 2, dtype=dtype, rng=rng)
+    expected = np.empty((B, T, C), dtype=dtype)
+    mirror.encoder_forward(expected, p.inp, p.wte, p.wpe, B, T, C)
+    g = p.on(cupy)
+    out = poisoned((B, T, C), dtype, cupy)
+    cuda.encoder_forward_version(version, out, g.inp, g.wte, g.wpe, B, T, C)
+    assert count_poison(out) == 0
+    assert compare.bitwise_equal(out, expected)
+
+
+def test_forward_version_refuses_unknown():
+    with pytest.raises(ValueError, match="version"):
+        cuda.encoder_forward_version(4, None, None, None, None, 1, 1, 8)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("V", [1, 3, 9, 300])  # buckets of thousands, of 1..8+ items, of one item
+def test_bucketed_method_bitwise(rng, dtype, V):
+    import cupy
+
+    p = random_problem(4, 64, 776 if dtype == bfloat16 else 132, V, 64, dtype=dtype, rng=rng)
+    seed = int(rng.integers(2**32))
+    cpu, gpu = p.on(np), p.on(cupy)
+    enc.encoder_backward(cpu.dwte, cpu.dwpe, cpu.dout, cpu.inp, seed=seed, method="bucketed")
+    enc.encoder_backward(gpu.dwte, gpu.dwpe, gpu.dout, gpu.inp, seed=seed, method="bucketed", bucketing="gpu")
+    assert compare.bitwise_equal(gpu.dwte, cpu.dwte)
+    assert compare.bitwise_equal(gpu.dwpe, cpu.dwpe)
+
+
+def test_default_method_is_chunked(rng):
+    import cupy
+
+    p = random_problem(2, 32, 64, 50, 32, rng=rng)
+    a, b = p.on(cupy), p.on(cupy)
+    enc.encoder_backward(a.dwte, a.dwpe, a.dout, a.inp, seed=3)
+    enc.encoder_backward(b.dwte, b.dwpe, b.dout, b.inp, seed=3, method="chunked")
+    assert compare.bitwise_equal(a.dwte, b.dwte)
+
+
+@pytest.mark.parametrize("force_cooperative", [False, True], ids=["dispatch", "cooperative"])
+@pytest.mark.parametrize("B, T, V, ids", [(1, 1, 5, "uniform"), (1, 1000, 2, "uniform"), (1, 1024, 50257, "zipf"),
+                                          (1, 1025, 50257, "uniform"), (8, 1024, 50257, "real"),
+                                          (8, 1024, 65536, "uniform"), (3, 700, 70000, "uniform")])
+def test_both_bucketing_kernels_build_the_numpy_table(rng, monkeypatch, force_cooperative, B, T, V, ids):
+    import cupy
+
+    if force_cooperative:
+        monkeypatch.setattr(gpu_buckets, "SMALL_MAX_BT", 0)
+    inp = make_ids(ids, B, T, V=V, seed=rng) if ids != "real" else make_ids(ids, B, T, seed=rng)
+    for dtype, C in ((bfloat16, 776), (np.float32, 768)):
+        host = enc.make_buckets(inp, C, dtype)
+        device = enc.make_buckets(cupy.asarray(inp), C, dtype, V=V).to_host()
+        assert np.array_equal(device.info, host.info)
+        assert np.array_equal(device.bt_list, host.bt_list)
+        assert np.array_equal(device.units, host.units)
+
+
+@pytest.mark.parametrize("B", [1, 16])
+def test_phase_times_cover_the_kernel(rng, B):
+    import cupy
+
+    inp = cupy.asarray(make_ids("zipf", B, 1024, seed=rng))
+    times = gpu_buckets.phase_times_us(inp, 768, bfloat16, 50257, repeats=3)
+    small = gpu_buckets.uses_small_kernel(B * 1024, 50257)
+    phases = gpu_buckets.SMALL_PHASES if small else gpu_buckets.COOPERATIVE_PHASES
+    assert times["kernel"] == ("bucketing_small_kernel" if small else "bucketing_kernel")
+    assert list(times)[1:-1] == ["launch", *phases]
+    assert times["total"] > 0 and times["launch"] > 0
+    assert times["launch"] + sum(times[p] for p in phases) == pytest.approx(times["total"])
+    # the table is still right after the truncated runs
+    assert np.array_equal(enc.make_buckets(inp, 768, bfloat16, V=50257).to_host().bt_list,
+                          enc.make_buckets(inp.get(), 768, bfloat16).bt_list)
+
+
+def test_atomic_fp32_touches_only_the_batch_rows(rng):
+    import cupy
+
+    V, C, T = 400, 64, 16
+    p = random_problem(3, T, C, V, T + 4, rng=rng)
+    g = p.on(cupy)
+    dwte_before = g.dwte.copy()
+    expected_dwte = p.dwte.astype(np.float64)
+    expected_dwpe = p.dwpe.astype(np.float64)
+    magnitude_dwte = np.abs(expected_dwte)
+    magnitude_dwpe = np.abs(expected_dwpe)
+    rows = p.dout.reshape(-1, C).astype(np.float64)
+    for _ in range(3):  # repeated calls on the same scratch buffers: a new stamp each time
+        enc.encoder_backward(g.dwte, g.dwpe, g.dout, g.inp, seed=0, method="atomic")
+        np.add.at(expected_dwte, p.inp.reshape(-1), rows)
+        np.add.at(magnitude_dwte, p.inp.reshape(-1), np.abs(rows))
+        expected_dwpe[:T] += rows.reshape(3, T, C).sum(0)
+        magnitude_dwpe[:T] += np.abs(rows).reshape(3, T, C).sum(0)
+        # each call rounds once: allow one bf16 ulp per call plus the fp32 sums
+        bound_dwte = 3 * compare.error_bound(bfloat16, magnitude_dwte, terms=B_T_TERMS)
+        bound_dwpe = 3 * compare.error_bound(bfloat16, magnitude_dwpe, terms=B_T_TERMS)
+        assert compare.within_bound(g.dwte, expected_dwte, bound_dwte)
+        assert compare.within_bound(g.dwpe, expected_dwpe, bound_dwpe)
+    untouched = np.ones(V, dtype=bool)
+    untouched[p.inp.reshape(-1)] = False
+    assert untouched.any()
+    assert compare.bitwise_equal(g.dwte.get()[untouched], dwte_before.get()[untouched])
+    assert compare.bitwise_equal(g.dwpe.get()[T:], p.dwpe[T:])
+
