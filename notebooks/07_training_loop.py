@@ -68,7 +68,8 @@ else:
     from gpt2enc_edu import torch as enc_torch
     from gpt2enc_edu.course import training
 
-    DEVICE = torch.device("cuda" if torch.cuda.is_available() and enc.gpu_status().name == "cuda" else "cpu")
+    # the GPU when CuPy and torch both see one (GPT2ENC_BACKEND=numpy forces the CPU and the NumPy mirror)
+    DEVICE = torch.device("cuda" if torch.cuda.is_available() and enc.array_module().__name__ == "cupy" else "cpu")
     CFG = training.GPU_CONFIG if DEVICE.type == "cuda" else training.CPU_CONFIG
     if DEVICE.type == "cpu":
         torch.set_num_threads(1)  # small matrices: one thread beats threads fighting over a busy machine's cores
