@@ -150,8 +150,8 @@ done = exercises.check_backward_bytes(backward_bytes)
 # %%
 rows, meta = committed_rows, committed_meta
 if rows:
-    print(f"committed full sweep from {RESULTS_DIR.name}/: device {meta.get('device')}, date {meta.get('date')}, "
-          f"copy rate {meta.get('copy_rate_GBps', float('nan')):.0f} GB/s; PyTorch: {meta.get('torch')}")
+    print(f"committed full sweep, from {RESULTS_DIR.name}/\ndevice: {meta.get('device')}\ndate:   {meta.get('date')}\n"
+          f"copy rate: {meta.get('copy_rate_GBps', float('nan')):.0f} GB/s; PyTorch: {meta.get('torch')}")
 live_rows = None
 if gpt2enc_edu.gpu_status().name == "cuda":
     config = bench.BenchConfig.quick_config(kinds=("uniform", "zipf"))
