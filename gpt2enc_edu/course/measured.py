@@ -158,6 +158,12 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="Measure the walkthrough's committed numbers (needs a GPU).")
     parser.add_argument("--out", type=Path, default=COMMITTED)
     args = parser.parse_args(argv)
+    from ..backend import gpu_status
+
+    status = gpu_status()
+    if status.name != "cuda":
+        print(f"nothing measured: {status.reason}")
+        return 0
     import cupy
 
     args.out.mkdir(parents=True, exist_ok=True)
