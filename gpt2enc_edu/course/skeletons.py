@@ -31,7 +31,7 @@ class KernelExercise:
 
 
 KERNEL_EXERCISES = {
-    "forward": KernelExercise("encoder_forward.cu", "encoder_forward_kernel", (
+    "forward": KernelExercise("encoder_forward.cu", "encoder_forward_v2_kernel", (
         "one thread per 128-bit pack (x128::size elements) of out; threads past the end do nothing",
         "find (b, t, c) of the pack from the thread's flat index, then the token id ix = inp[b*T + t]",
         "load the wte and wpe packs (load128cs / load128), add in float, round into floatX, store128",
