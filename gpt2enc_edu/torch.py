@@ -46,7 +46,7 @@ from torch import nn
 from .encoder import encoder_backward, encoder_forward
 from .rounding import bfloat16
 
-__all__ = ["EncoderFunction", "GPT2Embedding", "as_array", "draw_seed", "encoder", "from_array"]
+__all__ = ["EncoderFunction", "GPT2Embedding", "as_array", "draw_seed", "encoder", "from_array", "on_torch_stream"]
 
 _STORAGE = {torch.bfloat16: bfloat16, torch.float32: np.dtype(np.float32)}
 _ID_DTYPES = (torch.int32, torch.int64)
