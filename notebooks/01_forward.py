@@ -98,7 +98,8 @@ print(enc.backend.to_numpy(out))
 # %% [markdown]
 # ## 2. Which thread computes what
 #
-# The kernel starts one thread per **128-bit pack** of the output: 8 bf16 values or 4 fp32 values.
+# The kernel in its plainest fast form (version 2 of section 7, which is llm.c's kernel) starts one thread
+# per **128-bit pack** of the output: 8 bf16 values or 4 fp32 values.
 # Thread number `i` (that is `blockIdx.x * blockDim.x + threadIdx.x`) owns the pack that starts at flat
 # element `idx = i * x128::size` of the (B, T, C) output, and recovers its coordinates with three divisions:
 #
