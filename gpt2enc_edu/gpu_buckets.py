@@ -151,6 +151,11 @@ class _Workspace:
 _workspaces: dict = {}
 
 
+def release_workspaces() -> None:
+    """Forget every cached workspace (the next table allocates afresh; e.g. after changing the grid cap)."""
+    _workspaces.clear()
+
+
 def _grid_size(cupy, BT: int, V: int) -> int:
     """Blocks of the cooperative launch: one per SM at most (always co-resident), none idle on small inputs."""
     sms = cupy.cuda.Device().attributes["MultiProcessorCount"]

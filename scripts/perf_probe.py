@@ -173,7 +173,7 @@ def main() -> int:
                     saved = gpu_buckets.COOPERATIVE_MAX_BLOCKS
                     for blocks in (8, 16, 32, 66, 132):
                         gpu_buckets.COOPERATIVE_MAX_BLOCKS = blocks
-                        gpu_buckets._workspaces.clear()
+                        gpu_buckets.release_workspaces()
                         dev = gpu_buckets.build_bucket_table_gpu(g.inp, C, enc.bfloat16, V)
                         got = dev.to_host()
                         check(np.array_equal(got.bt_list, table_np.bt_list) and np.array_equal(got.info, table_np.info),
@@ -184,14 +184,16 @@ def main() -> int:
                             g.dwte, g.dwpe, g.dout, g.inp, seed=5, method="chunked", bucketing="gpu",
                             check_ids=False)), "backward", distinct)
                     gpu_buckets.COOPERATIVE_MAX_BLOCKS = saved
-                    gpu_buckets._workspaces.clear()
+                    gpu_buckets.release_workspaces()
                 old_grid = min(132, ceil_div(max(V, B * T), 1024))
-                ws = gpu_buckets._Workspace(cp, B * T, V, 3, old_grid, False)
+                n, i32 = max(V, B * T), np.int32
+                old_args = (g.inp, i32(B * T), i32(V), i32(3), cp.empty(V, i32), cp.empty(B * T + 1, i32),
+                            cp.empty(n, np.uint32), cp.empty(n, i32), cp.empty(n, np.uint32), cp.empty(n, i32),
+                            cp.empty(256 * old_grid, i32), cp.empty(V, i32), cp.empty(V, i32), cp.empty(V, i32),
+                            cp.zeros((min(V, B * T) * 3, 4), i32), cp.zeros((gpu_buckets.unit_rows(
+                                gpu_buckets.max_units(B * T, V)), 4), i32), cp.empty(B * T, i32), cp.zeros(8, i32))
                 record(B, kind, f"old cooperative table, {old_grid} blocks", t_us(lambda: loader.launch(
-                    old_coop, old_grid, 1024, (g.inp, np.int32(B * T), np.int32(V), np.int32(3), ws.counts, ws.presence,
-                                          ws.keys0, ws.vals0, ws.keys1, ws.vals1, ws.hist, ws.rank_of_ix,
-                                          ws.token_starts, ws.unit_starts, ws.info, ws.units, ws.bt_list,
-                                          ws.counters))))
+                    old_coop, old_grid, 1024, old_args)))
 
                 # ---------------- wte kernels, table ready: bits old vs new vs mirror, times
                 dev_table = gpu_buckets.to_device(table_np)
