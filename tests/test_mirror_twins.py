@@ -295,7 +295,7 @@ def test_gpu_bucketing_kernel_equals_its_twin(rng, dtype, case):
         loader.launch(kernel, num_blocks, layout.BUCKETING_THREADS,
                       (g_inp, np.int32(BT), np.int32(V), np.int32(groups), b["counts"], b["presence"], b["keys0"],
                        b["vals0"], b["keys1"], b["vals1"], b["hist"], b["rank_of_ix"], b["token_starts"],
-                       b["unit_starts"], g_info, g_units, g_bt_list, b["counters"]))
+                       b["unit_starts"], g_info, g_units, g_bt_list, b["counters"], np.int32(0)))  # 0: all phases
         table = twin.bucketing_kernel(inp, C, dtype, V, num_blocks=num_blocks, workspace=ws)
         for name, g_array in g_buffers.items():
             assert np.array_equal(g_array.get(), getattr(ws, name)), f"{name} differs with {num_blocks} blocks"
