@@ -50,9 +50,9 @@ namespace cg = cooperative_groups;
 
 struct BucketingScratch {
     int warp_counts[BUCKETING_WARPS][RADIX_DIGITS];  // per-warp digit counts, then their running offsets
-    int running[RADIX_DIGITS];                       // this block's next free slot per digit
-    int digit_count[RADIX_DIGITS];                   // this block's digit histogram
-    int scan[BUCKETING_WARPS];                       // per-warp totals for block-wide scans
+    int running[RADIX_DIGITS];  // this block's next free slot per digit
+    int digit_count[RADIX_DIGITS];  // this block's digit histogram
+    int scan[BUCKETING_WARPS];  // per-warp totals for block-wide scans
 };
 
 // Exclusive prefix sum of one int per thread across the block; *total receives the sum of all.
@@ -142,7 +142,9 @@ __device__ void radix_pass(const unsigned int* keys_in, const int* vals_in, unsi
         atomicAdd(&s.digit_count[(keys_in[i] >> shift) & (RADIX_DIGITS - 1)], 1);
     }
     __syncthreads();
-    for (int d = threadIdx.x; d < RADIX_DIGITS; d += BUCKETING_THREADS) { hist[blockIdx.x * RADIX_DIGITS + d] = s.digit_count[d]; }
+    for (int d = threadIdx.x; d < RADIX_DIGITS; d += BUCKETING_THREADS) {
+        hist[blockIdx.x * RADIX_DIGITS + d] = s.digit_count[d];
+    }
     grid.sync();
 
     // 2. Where this block's items of each digit go: after all smaller digits (of every block) and after the
@@ -226,16 +228,16 @@ __device__ bool radix_sort(unsigned int* keys0, int* vals0, unsigned int* keys1,
 }
 
 extern "C" __global__ void __launch_bounds__(BUCKETING_THREADS)
-bucketing_kernel(const int* inp, int BT, int V, int num_c_groups,
-                 int* counts,            // [V]      occurrences of each token
-                 int* presence,          // [BT + 1] 1 where some token occurs exactly that many times
-                 unsigned int* keys0, int* vals0, unsigned int* keys1, int* vals1,  // [max(V, BT)] each
-                 int* hist,              // [RADIX_DIGITS * gridDim.x] (also the block sums of scans)
-                 int* rank_of_ix,        // [V]      a token's place in bucket order
-                 int* token_starts,      // [V]      first bt_list slot of the token of each rank
-                 int* unit_starts,       // [V]      first unit of the token of each rank
-                 int4* bucket_info, int4* units, int* bt_list, int* counters,
-                 int stop_after) {       // > 0: return after that phase (per-phase timing); 0: run all
+    bucketing_kernel(const int* inp, int BT, int V, int num_c_groups,
+                     int* counts,  // [V]      occurrences of each token
+                     int* presence,  // [BT + 1] 1 where some token occurs exactly that many times
+                     unsigned int* keys0, int* vals0, unsigned int* keys1, int* vals1,  // [max(V, BT)] each
+                     int* hist,  // [RADIX_DIGITS * gridDim.x] (also the block sums of scans)
+                     int* rank_of_ix,  // [V]      a token's place in bucket order
+                     int* token_starts,  // [V]      first bt_list slot of the token of each rank
+                     int* unit_starts,  // [V]      first unit of the token of each rank
+                     int4* bucket_info, int4* units, int* bt_list, int* counters,
+                     int stop_after) {  // > 0: return after that phase (per-phase timing); 0: run all
     __shared__ BucketingScratch s;
     if (stop_after < 0) { return; }  // an empty run: what the launch alone costs
     cg::grid_group grid = cg::this_grid();
@@ -313,8 +315,8 @@ bucketing_kernel(const int* inp, int BT, int V, int num_c_groups,
         item_vals0[bt] = bt;
     }
     grid.sync();
-    bool items_in_one = radix_sort(item_keys0, item_vals0, item_keys1, item_vals1, BT,
-                                   (unsigned int)(num_distinct - 1), hist, s, grid);
+    bool items_in_one =
+        radix_sort(item_keys0, item_vals0, item_keys1, item_vals1, BT, (unsigned int)(num_distinct - 1), hist, s, grid);
     const int* sorted_bt = items_in_one ? item_vals1 : item_vals0;
     if (stop_after == 7) { return; }
 
@@ -326,8 +328,12 @@ bucketing_kernel(const int* inp, int BT, int V, int num_c_groups,
         int start = token_starts[rank];
         int count = (rank + 1 < num_distinct ? token_starts[rank + 1] : BT) - start;
         int ix = inp[sorted_bt[start]];
-        for (int g = 0; g < num_c_groups; g++) { bucket_info[rank * num_c_groups + g] = make_int4(start, count, ix, g); }
+        for (int g = 0; g < num_c_groups; g++) {
+            bucket_info[rank * num_c_groups + g] = make_int4(start, count, ix, g);
+        }
         int chunks = CEIL_DIV(count, CHUNK_ITEMS);
-        for (int chunk = 0; chunk < chunks; chunk++) { units[unit_starts[rank] + chunk] = make_int4(ix, chunk, start, count); }
+        for (int chunk = 0; chunk < chunks; chunk++) {
+            units[unit_starts[rank] + chunk] = make_int4(ix, chunk, start, count);
+        }
     }
 }

@@ -1,8 +1,8 @@
 // bucketing_small.cu: the bucket table of a small batch (B*T <= 8192 ids, V <= 65536), built by ONE block.
 //
 // Produces exactly the table of gpt2enc_edu/buckets.py and of bucketing.cu (same order, same bits), with no
-// grid-wide barrier: at B = 1 or 8 the cooperative kernel of bucketing.cu spends its time in ~20 grid
-// barriers, while 1024 threads of one block sort 8192 keys in shared memory in a few microseconds.
+// grid-wide barrier: at B = 1 the cooperative kernel of bucketing.cu spends ~50 us in its ~20 grid barriers,
+// this one ~18 us on an H200 (docs/performance.md has the per-phase costs).
 //
 // Phases (each ends with __syncthreads; `stop_after` = k > 0 ends the kernel after phase k, < 0 at once;
 // gpt2enc_edu.gpu_buckets.phase_times_us times these truncated runs):
@@ -15,8 +15,8 @@
 //   5. bt_list: every sorted position moves to its token's new start plus its place inside the segment.
 //
 // One radix pass (sort_pass): thread i holds the keys i, i + 1024, ... (tile j = keys j*1024 .. j*1024+1023).
-// Inside a warp, ballots on the digit's bits rank the lanes with the same digit; the counts per (digit, tile, warp),
-// scanned in that order, give every key its stable place.
+// Inside a warp, ballots on the digit's bits rank the lanes with the same digit; the counts per
+// (digit, tile, warp), scanned in that order, give every key its stable place.
 //
 // Launch: one block of SMALL_THREADS = 1024 threads, dynamic shared memory bucketing_small_smem_bytes(BT)
 //   (= 4 * (6 * n_pad + 1 + SMALL_CNT + 64) bytes with n_pad = CEIL_DIV(BT, 1024) * 1024: 213 KB at
@@ -130,20 +130,20 @@ __device__ void sort_bits(unsigned int* keys, int items, int low_bit, int bits, 
 __device__ int bits_for(unsigned int max_value) { return max_value == 0u ? 0 : 32 - __clz(max_value); }
 
 extern "C" __global__ void __launch_bounds__(SMALL_THREADS)
-bucketing_small_kernel(const int* inp, int BT, int V, int num_c_groups, int4* bucket_info, int4* units,
-                       int* bt_list, int* counters, int stop_after) {
+    bucketing_small_kernel(const int* inp, int BT, int V, int num_c_groups, int4* bucket_info, int4* units,
+                           int* bt_list, int* counters, int stop_after) {
     extern __shared__ int smem[];
     if (stop_after < 0) { return; }  // an empty run: what the launch alone costs
     int items = CEIL_DIV(BT, SMALL_THREADS);
     int n_pad = items * SMALL_THREADS;
     unsigned int* keys = reinterpret_cast<unsigned int*>(smem);  // [n_pad]   positions, sorted by id
-    unsigned int* token_keys = keys + n_pad;                     // [n_pad]   segments, sorted by count
-    int* seg_start = smem + 2 * n_pad;                           // [n_pad+1] first slot of each segment
-    int* seg_new_start = seg_start + n_pad + 1;                  // [n_pad]   its start in bt_list
-    int* seg_of = seg_new_start + n_pad;                         // [n_pad]   segment of each sorted slot
-    int* rank_unit = seg_of + n_pad;                             // [n_pad]   first unit of each rank
-    int* cnt = rank_unit + n_pad;                                // [SMALL_CNT]
-    int* scratch = cnt + SMALL_CNT;                              // [33] + shared scalars
+    unsigned int* token_keys = keys + n_pad;  // [n_pad]   segments, sorted by count
+    int* seg_start = smem + 2 * n_pad;  // [n_pad+1] first slot of each segment
+    int* seg_new_start = seg_start + n_pad + 1;  // [n_pad]   its start in bt_list
+    int* seg_of = seg_new_start + n_pad;  // [n_pad]   segment of each sorted slot
+    int* rank_unit = seg_of + n_pad;  // [n_pad]   first unit of each rank
+    int* cnt = rank_unit + n_pad;  // [SMALL_CNT]
+    int* scratch = cnt + SMALL_CNT;  // [33] + shared scalars
     int* shared_max = scratch + WARP_SIZE + 1;
     int total;
 
@@ -235,7 +235,9 @@ bucketing_small_kernel(const int* inp, int BT, int V, int num_c_groups, int4* bu
         int token_start = seg_new_start[s];
         int count = seg_start[s + 1] - seg_start[s];
         int ix = (int)(keys[seg_start[s]] >> SMALL_POS_BITS);
-        for (int g = 0; g < num_c_groups; g++) { bucket_info[r * num_c_groups + g] = make_int4(token_start, count, ix, g); }
+        for (int g = 0; g < num_c_groups; g++) {
+            bucket_info[r * num_c_groups + g] = make_int4(token_start, count, ix, g);
+        }
         for (int chunk = 0; chunk < CEIL_DIV(count, SMALL_CHUNK_ITEMS); chunk++) {
             units[rank_unit[r] + chunk] = make_int4(ix, chunk, token_start, count);
         }

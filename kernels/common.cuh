@@ -116,13 +116,13 @@ __device__ __forceinline__ unsigned int noise_2d(unsigned int x, unsigned int y,
 //
 // The trick: if the 16 bits that bf16 drops exceed the threshold, set them all to 1 so round-to-nearest
 // rounds up; otherwise clear them so it truncates. Inf has its low bits at 0 and stays Inf; NaN stays NaN.
-__device__ __forceinline__ void round_to_storage(float value, float* target,
-                                                 unsigned int element, unsigned int stream, unsigned int seed) {
+__device__ __forceinline__ void round_to_storage(float value, float* target, unsigned int element, unsigned int stream,
+                                                 unsigned int seed) {
     *target = value;  // fp32 storage: nothing to round
 }
 
-__device__ __forceinline__ void round_to_storage(float value, __nv_bfloat16* target,
-                                                 unsigned int element, unsigned int stream, unsigned int seed) {
+__device__ __forceinline__ void round_to_storage(float value, __nv_bfloat16* target, unsigned int element,
+                                                 unsigned int stream, unsigned int seed) {
     unsigned int threshold = noise_2d(element, stream, seed) & 0xFFFFu;
     unsigned int bits = __float_as_uint(value);
     unsigned int dropped = bits & 0xFFFFu;

@@ -55,8 +55,8 @@ extern "C" __global__ void encoder_backward_atomic_fp32_kernel(float* dwte32, fl
     float* dwte_ix = dwte32 + ix * C + c;
     float* dwpe_tc = dwpe32 + t * C + c;
     for (int q = 0; q < x128::size / 4; q++) {
-        float4 d = make_float4((float)packed_dout[4 * q], (float)packed_dout[4 * q + 1],
-                               (float)packed_dout[4 * q + 2], (float)packed_dout[4 * q + 3]);
+        float4 d = make_float4((float)packed_dout[4 * q], (float)packed_dout[4 * q + 1], (float)packed_dout[4 * q + 2],
+                               (float)packed_dout[4 * q + 3]);
         atomic_add_float4(dwte_ix + 4 * q, d);
         atomic_add_float4(dwpe_tc + 4 * q, d);
     }
@@ -183,8 +183,8 @@ __device__ __forceinline__ void atomic_add_bf16x2(__nv_bfloat162* target, __nv_b
     do {
         assumed = old;
         __nv_bfloat162 current = *reinterpret_cast<__nv_bfloat162*>(&assumed);
-        float2 sum = make_float2(__low2float(current) + __low2float(value),
-                                 __high2float(current) + __high2float(value));
+        float2 sum =
+            make_float2(__low2float(current) + __low2float(value), __high2float(current) + __high2float(value));
         __nv_bfloat162 updated = __floats2bfloat162_rn(sum.x, sum.y);
         old = atomicCAS(word, assumed, *reinterpret_cast<unsigned int*>(&updated));
     } while (assumed != old);

@@ -11,8 +11,8 @@
 
 #define WPE_UNROLL 8
 
-extern "C" __global__ void encoder_backward_wpe_kernel(floatX* dwpe, const floatX* dout,
-                                                       int B, int T, int C, unsigned int seed) {
+extern "C" __global__ void encoder_backward_wpe_kernel(floatX* dwpe, const floatX* dout, int B, int T, int C,
+                                                       unsigned int seed) {
     int idx = (blockIdx.x * blockDim.x + threadIdx.x) * x128::size;
     if (idx >= T * C) { return; }
 
@@ -46,8 +46,8 @@ extern "C" __global__ void encoder_backward_wpe_kernel(floatX* dwpe, const float
     x128 packed_dwpe = load128(dwpe_tc);
     for (int k = 0; k < x128::size; k++) {
         // The noise position is the element's flat index in dwpe (t*C + c + k): one random number per element.
-        round_to_storage(accum[k] + (float)packed_dwpe[k], &packed_dwpe[k], (unsigned int)(idx + k),
-                         NOISE_STREAM_DWPE, seed);
+        round_to_storage(accum[k] + (float)packed_dwpe[k], &packed_dwpe[k], (unsigned int)(idx + k), NOISE_STREAM_DWPE,
+                         seed);
     }
     store128(dwpe_tc, packed_dwpe);
 }

@@ -35,8 +35,8 @@
 #endif
 
 extern "C" __global__ void __launch_bounds__(WTE_BLOCK_SIZE, WTE_MIN_BLOCKS)
-encoder_backward_wte_bucketed_kernel(floatX* dwte, const int4* bucket_info, const int* bt_list,
-                                     const floatX* dout, const int* num_buckets, int C, unsigned int seed) {
+    encoder_backward_wte_bucketed_kernel(floatX* dwte, const int4* bucket_info, const int* bt_list, const floatX* dout,
+                                         const int* num_buckets, int C, unsigned int seed) {
     __shared__ float accum_shared[x128::size * WTE_BLOCK_SIZE];
 
     int bucket = blockIdx.x;
@@ -77,18 +77,14 @@ encoder_backward_wte_bucketed_kernel(floatX* dwte, const int4* bucket_info, cons
         for (int item = warp_id; item < bucket_size; item += WTE_WARPS) {
             int bt = bt_list[bucket_start + item];
             x128 packed_dout = load128cs(dout + bt * C + c);  // each dout pack is read by one bucket only
-            for (int k = 0; k < x128::size; k++) {
-                accum[k] += (float)packed_dout[k];
-            }
+            for (int k = 0; k < x128::size; k++) { accum[k] += (float)packed_dout[k]; }
         }
     }
 
     // Warps 1.. hand their partial sums to warp 0. Layout [k][thread] keeps a warp's 32 stores in 32 banks.
     if (busy_warps > 1) {
         if (warp_id != 0) {
-            for (int k = 0; k < x128::size; k++) {
-                accum_shared[threadIdx.x + k * WTE_BLOCK_SIZE] = accum[k];
-            }
+            for (int k = 0; k < x128::size; k++) { accum_shared[threadIdx.x + k * WTE_BLOCK_SIZE] = accum[k]; }
         }
         asm volatile("bar.sync 1, %0;" ::"r"(busy_warps * WARP_SIZE) : "memory");
     }
@@ -96,9 +92,7 @@ encoder_backward_wte_bucketed_kernel(floatX* dwte, const int4* bucket_info, cons
 
     // Warp 0 adds the busy warps in order 1, 2, ... (idle warps would have added +0.0: nothing to add).
     for (int w = 1; w < busy_warps; w++) {
-        for (int k = 0; k < x128::size; k++) {
-            accum[k] += accum_shared[w * WARP_SIZE + lane_id + k * WTE_BLOCK_SIZE];
-        }
+        for (int k = 0; k < x128::size; k++) { accum[k] += accum_shared[w * WARP_SIZE + lane_id + k * WTE_BLOCK_SIZE]; }
     }
 
     for (int k = 0; k < x128::size; k++) {

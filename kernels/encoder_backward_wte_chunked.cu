@@ -40,9 +40,9 @@
 #define COMBINE_THREADS 128
 #define COMBINE_UNROLL 16
 
-extern "C" __global__ void __launch_bounds__(WARP_SIZE * CHUNKED_WARPS_PER_BLOCK, CHUNKED_MIN_BLOCKS)
-encoder_backward_wte_chunked_kernel(floatX* dwte, const int4* units, const int* bt_list, const floatX* dout,
-                                    float* partials, const int* num_units, int C, unsigned int seed) {
+extern "C" __global__ void __launch_bounds__(WARP_SIZE* CHUNKED_WARPS_PER_BLOCK, CHUNKED_MIN_BLOCKS)
+    encoder_backward_wte_chunked_kernel(floatX* dwte, const int4* units, const int* bt_list, const floatX* dout,
+                                        float* partials, const int* num_units, int C, unsigned int seed) {
     int warp_id = threadIdx.x / WARP_SIZE;
     int lane_id = threadIdx.x % WARP_SIZE;
     int unit = blockIdx.x * CHUNKED_WARPS_PER_BLOCK + warp_id;
@@ -117,8 +117,8 @@ encoder_backward_wte_chunked_kernel(floatX* dwte, const int4* units, const int* 
             } else {
                 float4* partial = reinterpret_cast<float4*>(my_partials + (g0 + q) * c_per_warp + lane_id * x128::size);
                 for (int p = 0; p < x128::size / 4; p++) {
-                    partial[p] = make_float4(accum[q][4 * p], accum[q][4 * p + 1], accum[q][4 * p + 2],
-                                             accum[q][4 * p + 3]);
+                    partial[p] =
+                        make_float4(accum[q][4 * p], accum[q][4 * p + 1], accum[q][4 * p + 2], accum[q][4 * p + 3]);
                 }
             }
         }
@@ -126,8 +126,8 @@ encoder_backward_wte_chunked_kernel(floatX* dwte, const int4* units, const int* 
 }
 
 extern "C" __global__ void __launch_bounds__(COMBINE_THREADS)
-encoder_backward_wte_chunk_combine_kernel(floatX* dwte, const int4* units, const float* partials,
-                                          const int* num_units, int C, unsigned int seed) {
+    encoder_backward_wte_chunk_combine_kernel(floatX* dwte, const int4* units, const float* partials,
+                                              const int* num_units, int C, unsigned int seed) {
     int unit = blockIdx.x;
     if (unit >= *num_units) { return; }
     int4 work = units[unit];

@@ -24,8 +24,8 @@
 
 // version 1: one thread per element. Each thread loads 2 bytes (bf16) twice: correct, but every load and
 // store is narrow, so a warp moves 64 bytes per instruction where it could move 512.
-extern "C" __global__ void encoder_forward_v1_kernel(floatX* out, const int* inp, const floatX* wte,
-                                                     const floatX* wpe, int B, int T, int C) {
+extern "C" __global__ void encoder_forward_v1_kernel(floatX* out, const int* inp, const floatX* wte, const floatX* wpe,
+                                                     int B, int T, int C) {
     int idx = blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= B * T * C) { return; }
     int bt = idx / C;
@@ -36,8 +36,8 @@ extern "C" __global__ void encoder_forward_v1_kernel(floatX* out, const int* inp
 }
 
 // version 2: one thread per 128-bit pack of out (this is llm.c's encoder_forward_kernel3).
-extern "C" __global__ void encoder_forward_v2_kernel(floatX* out, const int* inp, const floatX* wte,
-                                                     const floatX* wpe, int B, int T, int C) {
+extern "C" __global__ void encoder_forward_v2_kernel(floatX* out, const int* inp, const floatX* wte, const floatX* wpe,
+                                                     int B, int T, int C) {
     // Thread -> element map: the flat index of this thread's first element in out (B, T, C).
     int idx = (blockIdx.x * blockDim.x + threadIdx.x) * x128::size;
     if (idx >= B * T * C) { return; }
@@ -55,17 +55,15 @@ extern "C" __global__ void encoder_forward_v2_kernel(floatX* out, const int* inp
     x128 wte128 = load128cs(wte + ix * C + c);
     x128 wpe128 = load128(wpe + t * C + c);
     x128 packed_out;
-    for (int k = 0; k < x128::size; k++) {
-        packed_out[k] = (floatX)((float)wte128[k] + (float)wpe128[k]);
-    }
+    for (int k = 0; k < x128::size; k++) { packed_out[k] = (floatX)((float)wte128[k] + (float)wpe128[k]); }
     store128(out + b * T * C + t * C + c, packed_out);
 }
 
 // version 3: thread -> (row group, t, pack column). Consecutive threads take consecutive packs of one
 // position t, so for each b a warp still writes 512 contiguous bytes; the thread then walks FORWARD_ROWS
 // batch rows b with the same t, reusing its wpe pack from registers.
-extern "C" __global__ void encoder_forward_kernel(floatX* out, const int* inp, const floatX* wte,
-                                                  const floatX* wpe, int B, int T, int C) {
+extern "C" __global__ void encoder_forward_kernel(floatX* out, const int* inp, const floatX* wte, const floatX* wpe,
+                                                  int B, int T, int C) {
     int packs_per_row = C / x128::size;
     int thread = blockIdx.x * blockDim.x + threadIdx.x;
     int column = thread % packs_per_row;
@@ -92,9 +90,7 @@ extern "C" __global__ void encoder_forward_kernel(floatX* out, const int* inp, c
     for (int r = 0; r < FORWARD_ROWS; r++) {
         if (r < rows) {
             x128 packed_out;
-            for (int k = 0; k < x128::size; k++) {
-                packed_out[k] = (floatX)((float)wte128[r][k] + (float)wpe128[k]);
-            }
+            for (int k = 0; k < x128::size; k++) { packed_out[k] = (floatX)((float)wte128[r][k] + (float)wpe128[k]); }
             // Streaming store: out is read by the next layer, not by this kernel; keep L2 for wte and wpe.
             store128cs(out + ((b0 + r) * T + t) * C + c, packed_out);
         }
