@@ -6,10 +6,10 @@ addressing gives every device allocation its own range), and, for arrays mapped 
 and inode. Two memory maps of one file sit at different addresses but write the same bytes; comparing file
 ranges is what lets the overlap check and the lock see that.
 
-``SPAN_LOCK`` is the package's one lock: a public call holds it for the memory it writes (exclusively)
-and reads (shared with other readers) while it validates nothing more and runs the mirror or queues the
-kernels. Calls that share no written memory run side by side. A call takes all its regions at once or
-waits, so there is no lock order and no deadlock. For CuPy arrays the lock orders the *launches*: work
+``SPAN_LOCK`` is the package's one lock: after validation, a public call holds the memory it writes
+(exclusively) and reads (shared with other readers) while it runs the mirror or queues the kernels.
+Calls that share no written memory run side by side. A call takes all its regions at once or waits, so
+there is no lock order and no deadlock. For CuPy arrays the lock orders the *launches*: work
 queued on one stream runs in that order, work on different streams is ordered by the caller, as for
 every CuPy operation.
 """
