@@ -230,14 +230,19 @@ extern "C" __global__ void __launch_bounds__(SMALL_THREADS)
         counters[SMALL_COUNTER_NUM_UNITS] = num_units;
     }
     __syncthreads();
+    // Bucket rows: thread i writes rows i, i + 1024, ... of bucket_info, so a warp stores 512 contiguous bytes.
+    for (int row = threadIdx.x; row < num_distinct * num_c_groups; row += SMALL_THREADS) {
+        int r = row / num_c_groups;
+        int s = (int)(token_keys[r] & ((1u << SMALL_POS_BITS) - 1u));
+        int ix = (int)(keys[seg_start[s]] >> SMALL_POS_BITS);
+        bucket_info[row] = make_int4(seg_new_start[s], seg_start[s + 1] - seg_start[s], ix, row % num_c_groups);
+    }
+    // Units: thread i writes the units of ranks i, i + 1024, ... (one unit for most tokens: neighbours again).
     for (int r = threadIdx.x; r < num_distinct; r += SMALL_THREADS) {
         int s = (int)(token_keys[r] & ((1u << SMALL_POS_BITS) - 1u));
         int token_start = seg_new_start[s];
         int count = seg_start[s + 1] - seg_start[s];
         int ix = (int)(keys[seg_start[s]] >> SMALL_POS_BITS);
-        for (int g = 0; g < num_c_groups; g++) {
-            bucket_info[r * num_c_groups + g] = make_int4(token_start, count, ix, g);
-        }
         for (int chunk = 0; chunk < CEIL_DIV(count, SMALL_CHUNK_ITEMS); chunk++) {
             units[rank_unit[r] + chunk] = make_int4(ix, chunk, token_start, count);
         }
