@@ -56,8 +56,9 @@ def test_bucketed_backward_bitwise(rng, dtype, case):
     enc.encoder_backward(cpu.dwte, cpu.dwpe, cpu.dout, cpu.inp, seed=seed)
     gpu = p.on(cupy)
     enc.encoder_backward(gpu.dwte, gpu.dwpe, gpu.dout, gpu.inp, seed=seed)
-    assert compare.bitwise_equal(gpu.dwpe, cpu.dwpe), f"dwpe: {compare.count_bit_differences(gpu.dwpe, cpu.dwpe)} differ"
-    assert compare.bitwise_equal(gpu.dwte, cpu.dwte), f"dwte: {compare.count_bit_differences(gpu.dwte, cpu.dwte)} differ"
+    for name in ("dwpe", "dwte"):
+        got, want = getattr(gpu, name), getattr(cpu, name)
+        assert compare.bitwise_equal(got, want), f"{name}: {compare.count_bit_differences(got, want)} differ"
     # Something really changed (the gradient is not the input returned untouched).
     assert not compare.bitwise_equal(gpu.dwte, p.dwte)
 
