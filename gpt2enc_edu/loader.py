@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-
 from .layout import dtype_name
 from .rounding import bfloat16, float32
 
