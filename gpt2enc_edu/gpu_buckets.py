@@ -32,6 +32,7 @@ from .layout import (
     SMALL_MAX_V,
     SMALL_THREADS,
     ceil_div,
+    dtype_name,
     num_c_groups,
     small_bucketing_smem_bytes,
 )
@@ -177,7 +178,10 @@ def _small_kernel(dtype, smem: int):
     """``bucketing_small_kernel``, allowed ``smem`` bytes of dynamic shared memory (above 48 KiB needs that)."""
     cupy = cupy_module()
     kernel = get_kernel("bucketing_small.cu", "bucketing_small_kernel", dtype)
-    key = (cupy.cuda.Device().id, id(kernel))
+    # The limit belongs to the compiled function (one per device and dtype), not to the Python object that
+    # get_kernel hands out (a new one per call), and it is only ever raised: a smaller batch after a larger one
+    # must not lower it under what the larger one needs next time.
+    key = (cupy.cuda.Device().id, dtype_name(dtype))
     if smem > _smem_allowed.get(key, 48 * 1024):
         kernel.max_dynamic_shared_size_bytes = smem  # cudaFuncSetAttribute(MaxDynamicSharedMemorySize)
         _smem_allowed[key] = smem
