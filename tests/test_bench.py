@@ -474,7 +474,7 @@ def test_gpu_smoke_run(tmp_path):
     paths = report.write_results(results, tmp_path)
     assert {p.name for p in paths} >= {"results.csv", "meta.json", "results.md", plots.ROOFLINE_PNG,
                                        plots.BREAKDOWN_PNG}
-    assert "### Where the time goes, zipf ids" in (tmp_path / "results.md").read_text()
+    assert "### Where the time goes, Zipf ids" in (tmp_path / "results.md").read_text()
 
 
 def test_notebook_plots_committed_results(tmp_path, monkeypatch):
