@@ -32,16 +32,12 @@ from .layout import (
     SMALL_MAX_V,
     SMALL_THREADS,
     ceil_div,
+    cooperative_grid_blocks,
     dtype_name,
     num_c_groups,
     small_bucketing_smem_bytes,
 )
 from .loader import cupy_module, get_kernel, launch
-
-#: Most blocks of the cooperative bucketing kernel, besides one per SM. Capping it at 32 SMs, to leave the
-#: others to the wpe kernel queued beside it, was measured on an H200 (docs/performance.md): the table took
-#: 72 us instead of 60 at B=64 and the wpe kernel still did not run beside it, so there is no cap.
-COOPERATIVE_MAX_BLOCKS = 1 << 20
 
 
 def max_units(BT: int, V: int) -> int:
@@ -158,9 +154,8 @@ def release_workspaces() -> None:
 
 
 def _grid_size(cupy, BT: int, V: int) -> int:
-    """Blocks of the cooperative launch: one per SM at most (always co-resident), none idle on small inputs."""
-    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
-    return max(1, min(sms, COOPERATIVE_MAX_BLOCKS, ceil_div(max(V, BT), BUCKETING_THREADS)))
+    """Blocks of the cooperative launch on the current device (``layout.cooperative_grid_blocks``)."""
+    return cooperative_grid_blocks(BT, V, cupy.cuda.Device().attributes["MultiProcessorCount"])
 
 
 def uses_small_kernel(BT: int, V: int) -> bool:

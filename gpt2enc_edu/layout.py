@@ -66,6 +66,16 @@ COMBINE_THREADS = 128
 
 #: Threads per block of the cooperative bucketing kernel (``BUCKETING_THREADS`` in bucketing.cu).
 BUCKETING_THREADS = 1024
+def cooperative_grid_blocks(BT: int, V: int, num_sms: int) -> int:
+    """Blocks of the cooperative bucketing launch: one per SM at most (so all are co-resident), none idle.
+
+    (Capping it at 32 SMs, to leave the others to the wpe kernel queued beside it, was measured on an H200:
+    the table took 72 us instead of 60 at B=64 and the wpe kernel still did not run beside it; see
+    docs/performance.md.)
+    """
+    return max(1, min(num_sms, ceil_div(max(V, BT), BUCKETING_THREADS)))
+
+
 #: Bits of the key one radix-sort pass sorts by, and its buckets (``1 << RADIX_BITS``).
 RADIX_BITS = 8
 RADIX_DIGITS = 1 << RADIX_BITS

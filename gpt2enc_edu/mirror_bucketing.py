@@ -31,7 +31,6 @@ import numpy as np
 
 from .buckets import BucketTable
 from .layout import (
-    BUCKETING_THREADS,
     CHUNK_ITEMS,
     COUNTER_MAX_COUNT,
     COUNTER_NUM_BUCKETS,
@@ -51,7 +50,6 @@ __all__ = [
     "clear_workspace",
     "count_classes",
     "count_tokens",
-    "grid_blocks",
     "grid_scan_inplace",
     "make_workspace",
     "mark_count_values",
@@ -88,11 +86,6 @@ class BucketingWorkspace:
     unit_starts: np.ndarray
     counters: np.ndarray
     num_blocks: int
-
-
-def grid_blocks(BT: int, V: int, num_sms: int) -> int:
-    """Blocks of the cooperative launch, as ``gpu_buckets`` picks them: one per SM at most, none idle."""
-    return max(1, min(num_sms, ceil_div(max(V, BT), BUCKETING_THREADS)))
 
 
 def make_workspace(BT: int, V: int, num_blocks: int, fill: int = 0) -> BucketingWorkspace:
@@ -317,7 +310,8 @@ def bucketing_kernel(inp: np.ndarray, C: int, dtype, V: int, *, num_blocks: int 
     """Every phase of ``bucketing_kernel`` in order; returns the table ``buckets.build_bucket_table`` builds.
 
     ``inp``: (B, T) int32 ids in ``[0, V)`` (validated by the caller). ``num_blocks`` is the cooperative
-    grid's size (``grid_blocks``); the table does not depend on it, ``hist`` does. Pass a ``workspace``
+    grid's size (``layout.cooperative_grid_blocks``); the table does not depend on it, ``hist`` does. Pass a
+    ``workspace``
     (``make_workspace``) to keep the intermediate buffers and look at them afterwards.
     """
     flat = np.ascontiguousarray(inp).reshape(-1)

@@ -282,7 +282,7 @@ def test_gpu_bucketing_kernel_equals_its_twin(rng, dtype, case):
 
     sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
     kernel = loader.get_kernel("bucketing.cu", "bucketing_kernel", dtype)
-    for num_blocks in sorted({1, 2, twin.grid_blocks(BT, V, sms)}):
+    for num_blocks in sorted({1, 2, layout.cooperative_grid_blocks(BT, V, sms)}):
         ws = twin.make_workspace(BT, V, num_blocks, fill=POISON)
         g_ws = twin.make_workspace(BT, V, num_blocks, fill=POISON)
         g_buffers = {name: cupy.asarray(getattr(g_ws, name)) for name in
