@@ -1,10 +1,16 @@
 """The bucket table built on the GPU, with no host round trip and no sync.
 
-``build_bucket_table_gpu(inp, C, dtype, V)`` launches one kernel that writes the same table as
-``buckets.build_bucket_table`` (NumPy) into device buffers: for a small batch (B*T <= ``SMALL_MAX_BT`` ids,
-V <= 65536) ``bucketing_small_kernel`` (``kernels/bucketing_small.cu``), one block that sorts in shared
-memory; otherwise the cooperative ``bucketing_kernel`` (``kernels/bucketing.cu``), one block per SM at most.
-``phase_times_us`` measures what each phase of the chosen kernel costs. The host cannot know the table's exact size
+``build_bucket_table_gpu(inp, C, dtype, V)`` writes the same table as ``buckets.build_bucket_table`` (NumPy)
+into device buffers, by one of three routes (``ROUTES``; ``bucketing_route`` says which one it takes):
+
+* ``"scatter"`` (B*T <= ``SCATTER_MAX_BT`` ids): six short kernels of ``kernels/bucketing_scatter.cu``, no sort
+  of the positions and no grid-wide barrier;
+* ``"cooperative"`` (larger batches): one cooperative ``bucketing_kernel`` (``kernels/bucketing.cu``), one block
+  per SM at most, two radix sorts separated by grid barriers;
+* ``"small"`` (B*T <= ``SMALL_MAX_BT``, V <= 65536, by request): ``bucketing_small_kernel``
+  (``kernels/bucketing_small.cu``), one block that sorts in shared memory.
+
+``phase_times_us`` measures what each phase of a route costs. The host cannot know the table's exact size
 without waiting for the GPU, so a ``DeviceBucketTable`` carries upper bounds (``max_buckets``,
 ``max_units``) for launch grids plus the exact sizes in device memory (``counters``), which the wte
 kernels read. ``to_host()`` waits, trims, and returns an ordinary ``BucketTable`` (for tests and plots).
@@ -28,16 +34,25 @@ from .layout import (
     COUNTER_NUM_UNITS,
     NUM_COUNTERS,
     RADIX_DIGITS,
+    SCATTER_MAX_BT,
+    SCATTER_SMALL_BLOCK,
+    SCATTER_THREADS,
     SMALL_MAX_BT,
     SMALL_MAX_V,
     SMALL_THREADS,
+    WARP_SIZE,
     ceil_div,
     cooperative_grid_blocks,
     dtype_name,
     num_c_groups,
+    scatter_max_big,
     small_bucketing_smem_bytes,
 )
 from .loader import cupy_module, get_kernel, launch
+from .validate import check_choice
+
+#: The ways to build the table on the GPU (``build_bucket_table_gpu``'s ``route``).
+ROUTES = ("scatter", "cooperative", "small")
 
 
 def max_units(BT: int, V: int) -> int:
@@ -119,20 +134,28 @@ def to_device(table) -> DeviceBucketTable:
 
 
 class _Workspace:
-    """Every buffer a bucketing kernel needs, allocated once per problem size.
+    """Every buffer a bucketing route needs, allocated once per problem size.
 
     The table's buffers start zeroed: the wte kernels read rows past the table's size (which they then
-    skip), and those rows must hold initialised values. ``small`` workspaces need no sorting buffers.
+    skip), and those rows must hold initialised values. The one-block route needs no other buffers.
     """
 
-    def __init__(self, cupy, BT: int, V: int, groups: int, grid: int, small: bool):
+    def __init__(self, cupy, BT: int, V: int, groups: int, grid: int, route: str):
         i32 = np.int32
-        self.small, self.grid = small, grid
+        self.route, self.grid = route, grid
         self.info = cupy.zeros((min(V, BT) * groups, 4), i32)
         self.units = cupy.zeros((unit_rows(max_units(BT, V)), 4), i32)
         self.bt_list = cupy.zeros(BT, i32)
         self.counters = cupy.zeros(NUM_COUNTERS, i32)
-        if small:
+        if route == "small":
+            return
+        if route == "scatter":  # the buffers of kernels/bucketing_scatter.cu, by their names there
+            self.counts = cupy.zeros(V, i32)
+            self.tile_totals = cupy.empty(ceil_div(V, SCATTER_THREADS) * CHUNK_ITEMS, i32)
+            big = scatter_max_big(BT)
+            self.big_list, self.big_sorted, self.big_unit_starts = (cupy.empty(big, i32) for _ in range(3))
+            self.class_bases = cupy.empty(3 * CHUNK_ITEMS, i32)
+            self.token_starts = cupy.empty(V, i32)
             return
         n = max(V, BT)
         self.counts = cupy.empty(V, i32)
@@ -158,12 +181,29 @@ def _grid_size(cupy, BT: int, V: int) -> int:
     return cooperative_grid_blocks(BT, V, cupy.cuda.Device().attributes["MultiProcessorCount"])
 
 
-def uses_small_kernel(BT: int, V: int) -> bool:
-    """Whether ``build_bucket_table_gpu`` takes the one-block kernel for BT ids of a vocabulary of V."""
+def small_kernel_fits(BT: int, V: int) -> bool:
+    """Whether the one-block kernel can bucket BT ids of a vocabulary of V on the current device."""
     if BT > SMALL_MAX_BT or V > SMALL_MAX_V:
         return False
     cupy = cupy_module()
     return small_bucketing_smem_bytes(BT) <= cupy.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"]
+
+
+def bucketing_route(BT: int, V: int) -> str:
+    """The route ``build_bucket_table_gpu`` takes by itself for BT ids of a vocabulary of V (see ``ROUTES``)."""
+    return "scatter" if BT <= SCATTER_MAX_BT else "cooperative"
+
+
+def _check_route(route, BT: int, V: int) -> str:
+    if route is None:
+        return bucketing_route(BT, V)
+    route = check_choice("route", route, ROUTES)
+    if route == "small" and not small_kernel_fits(BT, V):
+        raise ValueError(f"route='small' takes at most {SMALL_MAX_BT} ids of a vocabulary of at most {SMALL_MAX_V} "
+                         f"(and its shared memory must fit the device), not {BT} ids of {V}")
+    if route == "scatter" and BT > SCATTER_MAX_BT:
+        raise ValueError(f"route='scatter' takes at most {SCATTER_MAX_BT} ids, not {BT}")
+    return route
 
 
 _smem_allowed: dict = {}
@@ -183,17 +223,53 @@ def _small_kernel(dtype, smem: int):
     return kernel
 
 
-def _launch(inp, C: int, dtype, V: int, stop_after: int = 0):
-    """Launch the bucketing kernel for these ids (``stop_after`` > 0: only its first phases); the workspace."""
+def _launch_scatter(cupy, inp, BT: int, V: int, groups: int, dtype, ws, stop_after: int) -> None:
+    """The scatter route: clear ``counts``, then kernels 1-6 of bucketing_scatter.cu (``stop_after`` = k > 0: only
+    the first k of these seven steps; < 0: none)."""
+    steps = 7 if stop_after == 0 else max(stop_after, 0)
+    if steps < 1:
+        return
+    stream = cupy.cuda.get_current_stream()
+    cupy.cuda.runtime.memsetAsync(ws.counts.data.ptr, 0, ws.counts.nbytes, stream.ptr)
+    kernel = lambda name: get_kernel("bucketing_scatter.cu", name, dtype)  # noqa: E731
+    num_tiles = ceil_div(V, SCATTER_THREADS)
+    position_grid = ceil_div(BT, SCATTER_SMALL_BLOCK)
+    big_blocks = max(1, min(scatter_max_big(BT), cupy.cuda.Device().attributes["MultiProcessorCount"]))
+    small_warps = SCATTER_THREADS // WARP_SIZE  # one small token per warp
+    launches = (
+        ("scatter_count_kernel", position_grid, SCATTER_SMALL_BLOCK, (inp, np.int32(BT), ws.counts, ws.counters)),
+        ("scatter_classify_kernel", num_tiles, SCATTER_THREADS,
+         (ws.counts, np.int32(V), ws.tile_totals, ws.big_list, ws.counters)),
+        ("scatter_bases_kernel", 1, SCATTER_THREADS,
+         (ws.counts, np.int32(num_tiles), ws.tile_totals, ws.big_list, np.int32(groups), ws.big_sorted,
+          ws.big_unit_starts, ws.class_bases, ws.info, ws.token_starts, ws.counters)),
+        ("scatter_small_rows_kernel", num_tiles, SCATTER_THREADS,
+         (ws.counts, np.int32(V), ws.tile_totals, ws.class_bases, np.int32(groups), ws.info, ws.units,
+          ws.token_starts)),
+        ("scatter_positions_kernel", position_grid, SCATTER_SMALL_BLOCK,
+         (inp, np.int32(BT), ws.counts, ws.token_starts, ws.bt_list)),
+        ("scatter_sort_kernel", big_blocks + ceil_div(min(V, BT), small_warps), SCATTER_THREADS,
+         (ws.bt_list, ws.info, np.int32(groups), ws.big_unit_starts, ws.units, ws.counters, np.int32(BT),
+          np.int32(big_blocks))),
+    )
+    for name, grid, block, args in launches[: steps - 1]:
+        launch(kernel(name), grid, block, args)
+
+
+def _launch(inp, C: int, dtype, V: int, stop_after: int = 0, route: str | None = None):
+    """Build the table for these ids by ``route`` (``stop_after`` > 0: only its first phases); the workspace."""
     cupy = cupy_module()
     BT = int(inp.size)
     groups = num_c_groups(C, dtype)
-    small = uses_small_kernel(BT, V)
-    key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, BT, V, groups, small)
+    route = _check_route(route, BT, V)
+    key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, BT, V, groups, route)
     ws = _workspaces.get(key)
     if ws is None:
-        ws = _workspaces[key] = _Workspace(cupy, BT, V, groups, 1 if small else _grid_size(cupy, BT, V), small)
-    if small:
+        grid = _grid_size(cupy, BT, V) if route == "cooperative" else 1
+        ws = _workspaces[key] = _Workspace(cupy, BT, V, groups, grid, route)
+    if route == "scatter":
+        _launch_scatter(cupy, inp, BT, V, groups, dtype, ws, stop_after)
+    elif route == "small":
         smem = small_bucketing_smem_bytes(BT)
         launch(_small_kernel(dtype, smem), 1, SMALL_THREADS,
                (inp, np.int32(BT), np.int32(V), np.int32(groups), ws.info, ws.units, ws.bt_list, ws.counters,
@@ -206,9 +282,13 @@ def _launch(inp, C: int, dtype, V: int, stop_after: int = 0):
     return ws
 
 
-def build_bucket_table_gpu(inp, C: int, dtype, V: int) -> DeviceBucketTable:
-    """Launch the bucketing kernel on the current stream for validated (B, T) int32 CuPy ids in [0, V)."""
-    ws = _launch(inp, C, dtype, V)
+def build_bucket_table_gpu(inp, C: int, dtype, V: int, *, route: str | None = None) -> DeviceBucketTable:
+    """Build the table on the current stream for validated (B, T) int32 CuPy ids in [0, V).
+
+    ``route`` (one of ``ROUTES``) picks the kernels; ``None`` lets ``bucketing_route`` pick by size. Every
+    route gives the same table.
+    """
+    ws = _launch(inp, C, dtype, V, route=route)
     return DeviceBucketTable(info=ws.info, bt_list=ws.bt_list, units=ws.units, counters=ws.counters, C=C,
                              dtype=np.dtype(dtype))
 
@@ -219,36 +299,43 @@ SMALL_PHASES = ("sort positions by id", "distinct tokens", "sort tokens by count
 COOPERATIVE_PHASES = ("clear", "count tokens", "count values present", "classes (scan)",
                       "sort tokens by class", "ranks and starts (2 scans)", "sort positions by rank",
                       "write the table")
+#: The scatter route's steps: a memset, then one kernel each.
+SCATTER_PHASES = ("clear counts", "count tokens", "classify tokens", "big tokens and class bases",
+                  "rows of small tokens", "scatter positions", "sort each token's positions")
+PHASES = {"small": SMALL_PHASES, "cooperative": COOPERATIVE_PHASES, "scatter": SCATTER_PHASES}
+KERNEL_NAMES = {"small": "bucketing_small_kernel", "cooperative": "bucketing_kernel",
+                "scatter": "bucketing_scatter.cu (6 kernels)"}
 
 
-def phase_times_us(inp, C: int, dtype, V: int, *, repeats: int = 20) -> dict:
+def phase_times_us(inp, C: int, dtype, V: int, *, repeats: int = 20, route: str | None = None) -> dict:
     """What the GPU bucket table costs, phase by phase, in microseconds (GPU only; ids validated).
 
-    Times the kernel that ``build_bucket_table_gpu`` would launch for these ids, stopped after phase 1, 2, ...
-    (``stop_after``), and whole; a phase's time is the difference between the runs that end after it and
-    before it. ``"launch"`` is a run that returns at once. Each run is ``repeats`` launches captured in a
-    CUDA graph (so host launch overhead stays out), timed with events; the median of 5 replays counts.
-    Returns ``{"kernel": name, "launch": us, <phase>: us, ..., "total": us}``.
+    Times the route that ``build_bucket_table_gpu`` takes for these ids (or ``route``), stopped after phase
+    1, 2, ... (``stop_after``), and whole; a phase's time is the difference between the runs that end after it
+    and before it. ``"launch"`` is a run of the one-kernel routes that returns at once (the scatter route's
+    phases are kernels of their own, each launch inside its phase: 0 there). Each run is ``repeats`` launches
+    captured in a CUDA graph (so host launch overhead stays out), timed with events; the median of 5 replays
+    counts. Returns ``{"kernel": name, "route": route, "launch": us, <phase>: us, ..., "total": us}``.
     """
     cupy = cupy_module()
-    small = uses_small_kernel(int(inp.size), V)
-    phases = SMALL_PHASES if small else COOPERATIVE_PHASES
+    route = _check_route(route, int(inp.size), V)
+    phases = PHASES[route]
     stream = cupy.cuda.Stream(non_blocking=True)
     start, stop = cupy.cuda.Event(), cupy.cuda.Event()
 
     def per_launch_us(stop_after: int) -> float:
         with stream:
-            _launch(inp, C, dtype, V, stop_after)  # warm-up: compiles, allocates the workspace
+            _launch(inp, C, dtype, V, stop_after, route)  # warm-up: compiles, allocates the workspace
             try:
                 stream.begin_capture()
                 for _ in range(repeats):
-                    _launch(inp, C, dtype, V, stop_after)
+                    _launch(inp, C, dtype, V, stop_after, route)
                 graph = stream.end_capture()
                 run = lambda: graph.launch(stream)  # noqa: E731
             except Exception:  # no graph capture of this launch here: back-to-back launches instead
                 if stream.is_capturing():
                     stream.end_capture()
-                run = lambda: [_launch(inp, C, dtype, V, stop_after) for _ in range(repeats)]  # noqa: E731
+                run = lambda: [_launch(inp, C, dtype, V, stop_after, route) for _ in range(repeats)]  # noqa: E731
             samples = []
             for _ in range(5):
                 start.record(stream)
@@ -258,8 +345,9 @@ def phase_times_us(inp, C: int, dtype, V: int, *, repeats: int = 20) -> dict:
                 samples.append(cupy.cuda.get_elapsed_time(start, stop) * 1000 / repeats)
         return float(np.median(samples))
 
-    ends = [per_launch_us(-1)] + [per_launch_us(k) for k in range(1, len(phases))] + [per_launch_us(0)]
-    result = {"kernel": "bucketing_small_kernel" if small else "bucketing_kernel", "launch": ends[0]}
+    first = 0.0 if route == "scatter" else per_launch_us(-1)
+    ends = [first] + [per_launch_us(k) for k in range(1, len(phases))] + [per_launch_us(0)]
+    result = {"kernel": KERNEL_NAMES[route], "route": route, "launch": ends[0]}
     for k, name in enumerate(phases):
         result[name] = ends[k + 1] - ends[k]
     result["total"] = ends[-1]

@@ -86,6 +86,19 @@ COUNTER_MAX_COUNT = 1
 COUNTER_NUM_CLASSES = 2
 COUNTER_NUM_BUCKETS = 3
 COUNTER_NUM_UNITS = 4
+#: The scatter route's number of big tokens (seen more than ``CHUNK_ITEMS`` times), ``COUNTER_NUM_BIG``.
+COUNTER_NUM_BIG = 5
+
+#: The scatter route (``kernels/bucketing_scatter.cu``): blocks of its per-token and sorting kernels, blocks of its
+#: per-position kernels, and the most ids it buckets (its bitmap of all positions is static shared memory).
+SCATTER_THREADS = 1024
+SCATTER_SMALL_BLOCK = 256
+SCATTER_MAX_BT = 65536
+
+
+def scatter_max_big(BT: int) -> int:
+    """Most big tokens (seen more than ``CHUNK_ITEMS`` times) that BT ids can hold: the big-token lists' size."""
+    return BT // (CHUNK_ITEMS + 1) + 1
 
 #: The one-block bucketing kernel of small batches (``kernels/bucketing_small.cu``): its block, the most ids it
 #: sorts (``SMALL_MAX_BT``), the largest vocabulary its 16-bit ids allow, and its count table (``SMALL_CNT``).

@@ -52,36 +52,8 @@ struct BucketingScratch {
     int warp_counts[BUCKETING_WARPS][RADIX_DIGITS];  // per-warp digit counts, then their running offsets
     int running[RADIX_DIGITS];  // this block's next free slot per digit
     int digit_count[RADIX_DIGITS];  // this block's digit histogram
-    int scan[BUCKETING_WARPS];  // per-warp totals for block-wide scans
+    int scan[WARP_SIZE + 1];  // scratch of block_exclusive_sum (common.cuh)
 };
-
-// Exclusive prefix sum of one int per thread across the block; *total receives the sum of all.
-__device__ int block_exclusive_sum(int value, int* total, BucketingScratch& s) {
-    int lane = threadIdx.x % WARP_SIZE;
-    int warp = threadIdx.x / WARP_SIZE;
-    int inclusive = value;
-    for (int offset = 1; offset < WARP_SIZE; offset <<= 1) {
-        int other = __shfl_up_sync(0xffffffffu, inclusive, offset);
-        if (lane >= offset) { inclusive += other; }
-    }
-    if (lane == WARP_SIZE - 1) { s.scan[warp] = inclusive; }
-    __syncthreads();
-    if (warp == 0) {
-        int warp_total = s.scan[lane];  // BUCKETING_WARPS == WARP_SIZE
-        int warp_inclusive = warp_total;
-        for (int offset = 1; offset < WARP_SIZE; offset <<= 1) {
-            int other = __shfl_up_sync(0xffffffffu, warp_inclusive, offset);
-            if (lane >= offset) { warp_inclusive += other; }
-        }
-        s.scan[lane] = warp_inclusive - warp_total;  // exclusive offset of each warp
-        if (lane == WARP_SIZE - 1) { s.digit_count[0] = warp_inclusive; }  // borrow a slot for the total
-    }
-    __syncthreads();
-    int result = s.scan[warp] + inclusive - value;
-    *total = s.digit_count[0];
-    __syncthreads();  // s.scan and s.digit_count[0] may be reused right after
-    return result;
-}
 
 // In-place exclusive prefix sum of data[0..n) by the whole grid; returns the total (to every thread).
 // Block b owns the contiguous stretch [b*per, (b+1)*per) and walks it in coalesced 1024-element tiles:
@@ -98,7 +70,7 @@ __device__ int grid_scan_inplace(int* data, int n, bool reversed, int* block_sum
     for (int base = lo; base < hi; base += BUCKETING_THREADS) {
         int i = base + threadIdx.x;
         int v = i < hi ? data[reversed ? n - 1 - i : i] : 0;
-        block_exclusive_sum(v, &tile_total, s);
+        block_exclusive_sum(v, &tile_total, s.scan);
         stretch_sum += tile_total;
     }
     if (threadIdx.x == 0) { block_sums[blockIdx.x] = stretch_sum; }
@@ -115,7 +87,7 @@ __device__ int grid_scan_inplace(int* data, int n, bool reversed, int* block_sum
         int i = base + threadIdx.x;
         int j = reversed ? n - 1 - i : i;
         int v = i < hi ? data[j] : 0;
-        int prefix = block_exclusive_sum(v, &tile_total, s);
+        int prefix = block_exclusive_sum(v, &tile_total, s.scan);
         if (i < hi) { data[j] = carry + prefix; }
         carry += tile_total;
     }
@@ -171,7 +143,7 @@ __device__ void radix_pass(const unsigned int* keys_in, const int* vals_in, unsi
             }
         }
         int unused;
-        int digit_base = block_exclusive_sum(threadIdx.x < RADIX_DIGITS ? digit_total : 0, &unused, s);
+        int digit_base = block_exclusive_sum(threadIdx.x < RADIX_DIGITS ? digit_total : 0, &unused, s.scan);
         if (threadIdx.x < RADIX_DIGITS) { s.running[d] = digit_base + digit_before; }
         __syncthreads();
     }

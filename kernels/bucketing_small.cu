@@ -43,34 +43,6 @@
 #define SMALL_COUNTER_NUM_BUCKETS 3
 #define SMALL_COUNTER_NUM_UNITS 4
 
-// Exclusive prefix sum of one int per thread over the block; *total gets the sum. scratch: 33 ints.
-__device__ int small_exclusive_sum(int value, int* total, int* scratch) {
-    int lane = threadIdx.x % WARP_SIZE;
-    int warp = threadIdx.x / WARP_SIZE;
-    int inclusive = value;
-    for (int offset = 1; offset < WARP_SIZE; offset <<= 1) {
-        int other = __shfl_up_sync(0xffffffffu, inclusive, offset);
-        if (lane >= offset) { inclusive += other; }
-    }
-    if (lane == WARP_SIZE - 1) { scratch[warp] = inclusive; }
-    __syncthreads();
-    if (warp == 0) {
-        int warp_total = scratch[lane];  // SMALL_WARPS == WARP_SIZE
-        int warp_inclusive = warp_total;
-        for (int offset = 1; offset < WARP_SIZE; offset <<= 1) {
-            int other = __shfl_up_sync(0xffffffffu, warp_inclusive, offset);
-            if (lane >= offset) { warp_inclusive += other; }
-        }
-        scratch[lane] = warp_inclusive - warp_total;
-        if (lane == WARP_SIZE - 1) { scratch[WARP_SIZE] = warp_inclusive; }
-    }
-    __syncthreads();
-    int result = scratch[warp] + inclusive - value;
-    *total = scratch[WARP_SIZE];
-    __syncthreads();  // scratch may be reused right after
-    return result;
-}
-
 // One stable pass over keys[0 .. items * SMALL_THREADS) by the digit (key >> shift) & (SMALL_DIGITS - 1).
 __device__ void sort_pass(unsigned int* keys, int items, int shift, int* cnt, int* scratch) {
     int lane = threadIdx.x % WARP_SIZE;
@@ -109,7 +81,7 @@ __device__ void sort_pass(unsigned int* keys, int items, int shift, int* cnt, in
         sum += cnt[threadIdx.x * per + q];
     }
     int unused;
-    int base = small_exclusive_sum(sum, &unused, scratch);
+    int base = block_exclusive_sum(sum, &unused, scratch);
     for (int q = 0; q < per; q++) { cnt[threadIdx.x * per + q] = base + local[q]; }
     __syncthreads();
 #pragma unroll
@@ -164,7 +136,7 @@ extern "C" __global__ void __launch_bounds__(SMALL_THREADS)
         int j = first + q;
         heads += j < BT && (j == 0 || (keys[j] >> SMALL_POS_BITS) != (keys[j - 1] >> SMALL_POS_BITS));
     }
-    int seg = small_exclusive_sum(heads, &total, scratch);
+    int seg = block_exclusive_sum(heads, &total, scratch);
     int num_distinct = total;
     for (int q = 0; q < items; q++) {
         int j = first + q;
@@ -209,9 +181,9 @@ extern "C" __global__ void __launch_bounds__(SMALL_THREADS)
         }
     }
     int num_units, num_classes;
-    int start = small_exclusive_sum(count_sum, &total, scratch);
-    int unit = small_exclusive_sum(unit_sum, &num_units, scratch);
-    small_exclusive_sum(class_sum, &num_classes, scratch);
+    int start = block_exclusive_sum(count_sum, &total, scratch);
+    int unit = block_exclusive_sum(unit_sum, &num_units, scratch);
+    block_exclusive_sum(class_sum, &num_classes, scratch);
     for (int q = 0; q < token_items; q++) {
         int r = first_rank + q;
         if (r < num_distinct) {

@@ -8,6 +8,7 @@
 //   squirrel_noise5        a cheap, good-quality integer hash (Squirrel Eiserloh's SquirrelNoise5)
 //   noise_2d               SquirrelNoise5 over a 2-D position, for one random number per (element, tensor)
 //   round_to_storage       fp32 -> floatX: stochastic rounding for bf16, a plain store for fp32
+//   block_exclusive_sum    exclusive prefix sum of one int per thread over a block (the bucketing kernels)
 //
 // This header is device-only on purpose: CuPy compiles the kernels with NVRTC, which cannot include host
 // headers such as <vector> or <assert.h>. Every .cu file here also compiles with `nvcc -arch=sm_90 -c`.
@@ -128,4 +129,37 @@ __device__ __forceinline__ void round_to_storage(float value, __nv_bfloat16* tar
     unsigned int dropped = bits & 0xFFFFu;
     bits = (dropped > threshold) ? (bits | 0xFFFFu) : (bits & ~0xFFFFu);
     *target = __float2bfloat16_rn(__uint_as_float(bits));
+}
+
+// ----------------------------------------------------------------------------------------------------------
+// Exclusive prefix sum of one int per thread over the whole block (thread order), for blocks of whole warps
+// (at most 32 of them); *total receives the sum of all. scratch: WARP_SIZE + 1 ints of shared memory.
+// Every thread of the block must call it (it contains __syncthreads). Integers: the order of the adds does not
+// change the result, so the warp-then-block split needs no care.
+__device__ int block_exclusive_sum(int value, int* total, int* scratch) {
+    int lane = threadIdx.x % WARP_SIZE;
+    int warp = threadIdx.x / WARP_SIZE;
+    int num_warps = blockDim.x / WARP_SIZE;
+    int inclusive = value;  // first inside the warp: shuffles, no shared memory
+    for (int offset = 1; offset < WARP_SIZE; offset <<= 1) {
+        int other = __shfl_up_sync(0xffffffffu, inclusive, offset);
+        if (lane >= offset) { inclusive += other; }
+    }
+    if (lane == WARP_SIZE - 1) { scratch[warp] = inclusive; }
+    __syncthreads();
+    if (warp == 0) {  // then across the warps' totals, by the first warp
+        int warp_total = lane < num_warps ? scratch[lane] : 0;
+        int warp_inclusive = warp_total;
+        for (int offset = 1; offset < WARP_SIZE; offset <<= 1) {
+            int other = __shfl_up_sync(0xffffffffu, warp_inclusive, offset);
+            if (lane >= offset) { warp_inclusive += other; }
+        }
+        scratch[lane] = warp_inclusive - warp_total;  // exclusive offset of each warp
+        if (lane == WARP_SIZE - 1) { scratch[WARP_SIZE] = warp_inclusive; }
+    }
+    __syncthreads();
+    int result = scratch[warp] + inclusive - value;
+    *total = scratch[WARP_SIZE];
+    __syncthreads();  // scratch may be reused right after
+    return result;
 }

@@ -116,13 +116,20 @@ def kernel_names(folder: Path = ROOT / "kernels") -> dict[str, str]:
     return found
 
 
-def _bucketing_kernel(BT: int, V: int) -> str:
-    """The GPU bucketing kernel ``gpu_buckets`` picks for BT ids of a vocabulary of V (the one-block kernel for
-    small problems, where the layout offers it; shared memory permitting, which holds on the H200)."""
-    from gpt2enc_edu import layout
+#: The kernels of each GPU bucketing route (``gpu_buckets.ROUTES``).
+ROUTE_KERNELS = {
+    "scatter": frozenset({"scatter_count_kernel", "scatter_classify_kernel", "scatter_bases_kernel",
+                          "scatter_small_rows_kernel", "scatter_positions_kernel", "scatter_sort_kernel"}),
+    "cooperative": frozenset({"bucketing_kernel"}),
+    "small": frozenset({"bucketing_small_kernel"}),
+}
 
-    small_bt, small_v = getattr(layout, "SMALL_MAX_BT", -1), getattr(layout, "SMALL_MAX_V", -1)
-    return "bucketing_small_kernel" if BT <= small_bt and V <= small_v else "bucketing_kernel"
+
+def _bucketing_kernels(BT: int, V: int) -> frozenset:
+    """The GPU bucketing kernels ``gpu_buckets`` launches by itself for BT ids of a vocabulary of V."""
+    from gpt2enc_edu import gpu_buckets
+
+    return ROUTE_KERNELS[gpu_buckets.bucketing_route(BT, V)]
 
 
 def _backward_kernels(method: str, dtype, shape, bucketing: str | None) -> frozenset:
@@ -137,7 +144,7 @@ def _backward_kernels(method: str, dtype, shape, bucketing: str | None) -> froze
         return frozenset({"encoder_backward_atomic_fp32_rows_kernel"})
     wte = ({"encoder_backward_wte_chunked_kernel", "encoder_backward_wte_chunk_combine_kernel"}
            if method == "chunked" else {f"encoder_backward_wte_{method}_kernel"})
-    bucketing_kernels = {_bucketing_kernel(B * T, V)} if bucketing in ("gpu", "auto", None) else set()
+    bucketing_kernels = _bucketing_kernels(B * T, V) if bucketing in ("gpu", "auto", None) else set()
     return frozenset({"encoder_backward_wpe_kernel", *wte, *bucketing_kernels})
 
 
@@ -259,6 +266,38 @@ def _atomic_fp32_plain_case(name: str, shape, dtype) -> Case:
                 frozenset({"encoder_backward_atomic_fp32_kernel"}))
 
 
+def _route_case(name: str, shape, dtype, route: str) -> Case:
+    """One GPU bucketing route by name (``build_bucket_table_gpu(route=...)``), its table against NumPy's."""
+
+    def run(check: bool) -> str | None:
+        import cupy
+
+        from gpt2enc_edu import buckets, gpu_buckets
+
+        p = _problem(name, shape, dtype)
+        table = gpu_buckets.build_bucket_table_gpu(cupy.asarray(p.inp), p.C, dtype, p.V, route=route).to_host()
+        if not check:
+            return None
+        want = buckets.build_bucket_table(p.inp, p.C, dtype)
+        wrong = [f for f in ("info", "bt_list", "units") if not np.array_equal(getattr(table, f), getattr(want, f))]
+        return f"{', '.join(wrong)} differ from the NumPy table" if wrong else None
+
+    return Case(name, run, f"GPU bucket table by the {route} route", ROUTE_KERNELS[route])
+
+
+def _routes_for(shape) -> list[str]:
+    """The bucketing routes that take this shape (the one-block kernel only up to its limits)."""
+    from gpt2enc_edu import layout
+
+    B, T, _, V, _, _ = shape
+    routes = ["cooperative"]
+    if B * T <= layout.SCATTER_MAX_BT:
+        routes.append("scatter")
+    if B * T <= layout.SMALL_MAX_BT and V <= layout.SMALL_MAX_V:
+        routes.append("small")
+    return routes
+
+
 def _bench_spin_case() -> Case:
     """The benchmark timer's busy-wait kernel (``bench/timer.py``): one thread, no memory."""
 
@@ -295,6 +334,9 @@ def default_cases() -> list[Case]:
                     cases.append(_backward_case(f"{op}/{dtype_name}/{shape_name}", shape, dtype, method, bucketing))
             if shape_name in ("B1-T1-C8", "ordinary", "B1-C776", "thousands-per-bucket"):
                 cases.append(_atomic_fp32_plain_case(f"atomic-fp32-plain/{dtype_name}/{shape_name}", shape, dtype))
+            if shape_name in ("B1-T1-C8", "ordinary", "one-item-buckets", "thousands-per-bucket", "big-bucketing"):
+                for route in _routes_for(shape):
+                    cases.append(_route_case(f"bucketing-{route}/{dtype_name}/{shape_name}", shape, dtype, route))
     if "bench_spin_kernel" in kernel_names():
         cases.append(_bench_spin_case())
     return cases

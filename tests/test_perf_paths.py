@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import gpt2enc_edu as enc
-from gpt2enc_edu import compare, cuda, gpu_buckets, mirror
+from gpt2enc_edu import compare, cuda, gpu_buckets, layout, mirror
 from gpt2enc_edu.problems import count_poison, poisoned, random_problem
 from gpt2enc_edu.rounding import bfloat16
 from gpt2enc_edu.tokens import make_ids
@@ -69,39 +69,60 @@ def test_default_method_is_chunked(rng):
     assert compare.bitwise_equal(a.dwte, b.dwte)
 
 
-@pytest.mark.parametrize("force_cooperative", [False, True], ids=["dispatch", "cooperative"])
+@pytest.mark.parametrize("route", [None, *gpu_buckets.ROUTES])
 @pytest.mark.parametrize("B, T, V, ids", [(1, 1, 5, "uniform"), (1, 1000, 2, "uniform"), (1, 1024, 50257, "zipf"),
                                           (1, 1025, 50257, "uniform"), (8, 1024, 50257, "real"),
-                                          (8, 1024, 65536, "uniform"), (3, 700, 70000, "uniform")])
-def test_both_bucketing_kernels_build_the_numpy_table(rng, monkeypatch, force_cooperative, B, T, V, ids):
+                                          (8, 1024, 65536, "uniform"), (3, 700, 70000, "uniform"),
+                                          (64, 1024, 50257, "zipf"), (65, 1024, 50257, "uniform")])
+def test_every_bucketing_route_builds_the_numpy_table(rng, route, B, T, V, ids):
     import cupy
 
-    if force_cooperative:
-        monkeypatch.setattr(gpu_buckets, "SMALL_MAX_BT", 0)
+    BT = B * T
+    too_big = BT > layout.SCATTER_MAX_BT if route == "scatter" else not gpu_buckets.small_kernel_fits(BT, V)
+    if route in ("scatter", "small") and too_big:
+        pytest.skip(f"route {route!r} does not take {BT} ids of {V}")
     inp = make_ids(ids, B, T, V=V, seed=rng) if ids != "real" else make_ids(ids, B, T, seed=rng)
+    g_inp = cupy.asarray(inp)
     for dtype, C in ((bfloat16, 776), (np.float32, 768)):
         host = enc.make_buckets(inp, C, dtype)
-        device = enc.make_buckets(cupy.asarray(inp), C, dtype, V=V).to_host()
+        device = gpu_buckets.build_bucket_table_gpu(g_inp, C, dtype, V, route=route).to_host()
         assert np.array_equal(device.info, host.info)
         assert np.array_equal(device.bt_list, host.bt_list)
         assert np.array_equal(device.units, host.units)
 
 
-@pytest.mark.parametrize("B", [1, 16])
-def test_phase_times_cover_the_kernel(rng, B):
+def test_dispatch_and_route_checks():
     import cupy
 
+    assert gpu_buckets.bucketing_route(1024, 50257) == "scatter"
+    assert gpu_buckets.bucketing_route(layout.SCATTER_MAX_BT, 50257) == "scatter"
+    assert gpu_buckets.bucketing_route(layout.SCATTER_MAX_BT + 1, 50257) == "cooperative"
+    inp = cupy.zeros((1, layout.SCATTER_MAX_BT + 1), dtype=np.int32)
+    with pytest.raises(ValueError, match="scatter"):
+        gpu_buckets.build_bucket_table_gpu(inp, 768, bfloat16, 5, route="scatter")
+    with pytest.raises(ValueError, match="small"):
+        gpu_buckets.build_bucket_table_gpu(inp, 768, bfloat16, 5, route="small")
+    with pytest.raises(ValueError, match="route"):
+        gpu_buckets.build_bucket_table_gpu(inp[:, :8], 768, bfloat16, 5, route="fast")
+
+
+@pytest.mark.parametrize("route", gpu_buckets.ROUTES)
+@pytest.mark.parametrize("B", [1, 16])
+def test_phase_times_cover_the_route(rng, route, B):
+    import cupy
+
+    if route == "small" and not gpu_buckets.small_kernel_fits(B * 1024, 50257):
+        pytest.skip("the one-block kernel takes at most 8192 ids")
     inp = cupy.asarray(make_ids("zipf", B, 1024, seed=rng))
-    times = gpu_buckets.phase_times_us(inp, 768, bfloat16, 50257, repeats=3)
-    small = gpu_buckets.uses_small_kernel(B * 1024, 50257)
-    phases = gpu_buckets.SMALL_PHASES if small else gpu_buckets.COOPERATIVE_PHASES
-    assert times["kernel"] == ("bucketing_small_kernel" if small else "bucketing_kernel")
-    assert list(times)[1:-1] == ["launch", *phases]
-    assert times["total"] > 0 and times["launch"] > 0
+    times = gpu_buckets.phase_times_us(inp, 768, bfloat16, 50257, repeats=3, route=route)
+    phases = gpu_buckets.PHASES[route]
+    assert times["kernel"] == gpu_buckets.KERNEL_NAMES[route] and times["route"] == route
+    assert list(times)[2:-1] == ["launch", *phases]
+    assert times["total"] > 0 and (times["launch"] > 0) == (route != "scatter")
     assert times["launch"] + sum(times[p] for p in phases) == pytest.approx(times["total"])
     # the table is still right after the truncated runs
-    assert np.array_equal(enc.make_buckets(inp, 768, bfloat16, V=50257).to_host().bt_list,
-                          enc.make_buckets(inp.get(), 768, bfloat16).bt_list)
+    table = gpu_buckets.build_bucket_table_gpu(inp, 768, bfloat16, 50257, route=route).to_host()
+    assert np.array_equal(table.bt_list, enc.make_buckets(inp.get(), 768, bfloat16).bt_list)
 
 
 def test_atomic_fp32_touches_only_the_batch_rows(rng):

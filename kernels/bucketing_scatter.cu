@@ -1,0 +1,308 @@
+// bucketing_scatter.cu: the bucket table of a batch of up to 65536 ids, in six short kernels and no sort of
+// the positions.
+//
+// Produces exactly the table of gpt2enc_edu/buckets.py, bucketing.cu and bucketing_small.cu (same order, same
+// bits). The cooperative kernel sorts all B*T positions by their token's rank (two radix passes) and pays
+// about 20 grid-wide barriers for it; this route needs neither, because of two facts:
+//
+//  * Most tokens occur at most CHUNK_ITEMS (32) times. Give every such count its own CLASS (class c = the
+//    tokens seen exactly c times). The bucket order is "count descending, then id", so the classes come in
+//    the order 32, 31, ..., 1, and inside a class the tokens come by id. All tokens of a class have the same
+//    count: a token's start in bt_list is its class's first slot + (its place in the class) * c. No scan over
+//    tokens, only 32 totals per tile of 1024 tokens. The few BIG tokens (seen more than 32 times: at most
+//    BT / 33 of them) come first; one block ranks them by comparing keys (count, then id).
+//  * Inside a token bt_list must be ascending. Drop every position into its token's range in whatever order
+//    the integer atomics give, then sort each range: a warp sorts a small token's <= 32 positions (each lane
+//    counts the smaller ones); a block sorts a big token's by setting one bit per position in a bitmap of all
+//    BT positions and reading the set bits out in order (a popcount scan gives each word's first slot).
+//
+// Launch, in this order on one stream (gpt2enc_edu/gpu_buckets.py does it), after counts[0..V) is zeroed:
+//   1. scatter_count_kernel       grid CEIL_DIV(BT, SCATTER_SMALL_BLOCK), block SCATTER_SMALL_BLOCK
+//        (inp, BT, counts, counters)
+//   2. scatter_classify_kernel    grid CEIL_DIV(V, SCATTER_THREADS), block SCATTER_THREADS
+//        (counts, V, tile_totals, big_list, counters)
+//   3. scatter_bases_kernel       grid 1, block SCATTER_THREADS
+//        (counts, num_tiles, tile_totals, big_list, num_c_groups, big_sorted, big_unit_starts, class_bases,
+//         bucket_info, token_starts, counters)
+//   4. scatter_small_rows_kernel  grid CEIL_DIV(V, SCATTER_THREADS), block SCATTER_THREADS
+//        (counts, V, tile_totals, class_bases, num_c_groups, bucket_info, units, token_starts)
+//   5. scatter_positions_kernel   grid CEIL_DIV(BT, SCATTER_SMALL_BLOCK), block SCATTER_SMALL_BLOCK
+//        (inp, BT, counts, token_starts, bt_list)
+//   6. scatter_sort_kernel        grid big_blocks + CEIL_DIV(min(V, BT), SCATTER_WARPS), block SCATTER_THREADS
+//        (bt_list, bucket_info, num_c_groups, big_unit_starts, units, counters, BT, big_blocks)
+// Workspace: counts[V], tile_totals[CEIL_DIV(V, 1024) * CHUNK_ITEMS], big_list and big_sorted and
+// big_unit_starts[BT / (CHUNK_ITEMS + 1) + 1], class_bases[3 * CHUNK_ITEMS], token_starts[V].
+// Requires 1 <= BT <= SCATTER_MAX_BT (the bitmap is static shared memory); any V. counters as in bucketing.cu,
+// plus COUNTER_NUM_BIG. Kernel 5 leaves counts at zero again (it counts every token back down).
+#include "common.cuh"
+
+#define SCATTER_THREADS 1024
+#define SCATTER_WARPS (SCATTER_THREADS / WARP_SIZE)
+#define SCATTER_SMALL_BLOCK 256
+#define SCATTER_MAX_BT 65536
+#define CHUNK_ITEMS 32
+
+// counters[] slots, as in bucketing.cu, and the number of big tokens
+#define COUNTER_NUM_DISTINCT 0
+#define COUNTER_MAX_COUNT 1
+#define COUNTER_NUM_BUCKETS 3
+#define COUNTER_NUM_UNITS 4
+#define COUNTER_NUM_BIG 5
+
+// class_bases[] rows: where each class starts in the rank order, in bt_list and in the unit list
+#define BASE_RANK 0
+#define BASE_ITEM 1
+#define BASE_UNIT 2
+
+// The class of a token seen `count` times: the count itself if 1..CHUNK_ITEMS, else 0 (absent or big).
+__device__ __forceinline__ int token_class(int count) { return count >= 1 && count <= CHUNK_ITEMS ? count : 0; }
+
+// Lanes below this one, as a mask.
+__device__ __forceinline__ unsigned int lanes_below(int lane) { return (1u << lane) - 1u; }
+
+// The sum of `value` over a warp's lanes (integers: the order does not matter).
+__device__ __forceinline__ int warp_sum(int value) {
+    for (int offset = WARP_SIZE / 2; offset > 0; offset >>= 1) { value += __shfl_xor_sync(0xffffffffu, value, offset); }
+    return value;
+}
+
+// 1. counts[ix] = occurrences of token ix. Lanes of a warp holding the same id add once for all (a frequent
+//    token would otherwise queue thousands of atomics on one address).
+extern "C" __global__ void __launch_bounds__(SCATTER_SMALL_BLOCK)
+    scatter_count_kernel(const int* inp, int BT, int* counts, int* counters) {
+    int bt = blockIdx.x * blockDim.x + threadIdx.x;
+    int lane = threadIdx.x % WARP_SIZE;
+    if (bt == 0) { counters[COUNTER_NUM_BIG] = 0; }  // kernel 2 appends to the big-token list
+    int ix = bt < BT ? inp[bt] : -1;  // lanes past the end share the id -1 and add nothing
+    unsigned int peers = __match_any_sync(0xffffffffu, ix);
+    if (ix >= 0 && (peers & lanes_below(lane)) == 0) { atomicAdd(&counts[ix], __popc(peers)); }
+}
+
+// 2. Per tile of SCATTER_THREADS token ids (thread = token): how many tokens of each class the tile holds,
+//    tile_totals[tile * CHUNK_ITEMS + c - 1]; big tokens appended to big_list (in any order: kernel 3 ranks them
+//    by their keys alone).
+extern "C" __global__ void __launch_bounds__(SCATTER_THREADS)
+    scatter_classify_kernel(const int* counts, int V, int* tile_totals, int* big_list, int* counters) {
+    __shared__ int totals[CHUNK_ITEMS];
+    int ix = blockIdx.x * SCATTER_THREADS + threadIdx.x;
+    int lane = threadIdx.x % WARP_SIZE;
+    if (threadIdx.x < CHUNK_ITEMS) { totals[threadIdx.x] = 0; }
+    __syncthreads();
+    int count = ix < V ? counts[ix] : 0;
+    int cls = token_class(count);
+    unsigned int peers = __match_any_sync(0xffffffffu, cls);
+    if (cls > 0 && (peers & lanes_below(lane)) == 0) { atomicAdd(&totals[cls - 1], __popc(peers)); }
+    if (count > CHUNK_ITEMS) { big_list[atomicAdd(&counters[COUNTER_NUM_BIG], 1)] = ix; }
+    __syncthreads();
+    if (threadIdx.x < CHUNK_ITEMS) { tile_totals[blockIdx.x * CHUNK_ITEMS + threadIdx.x] = totals[threadIdx.x]; }
+}
+
+// A big token's sort key: a larger key comes earlier in the bucket order (count descending, then id ascending).
+__device__ __forceinline__ unsigned long long big_key(const int* counts, int ix) {
+    return ((unsigned long long)counts[ix] << 32) | (unsigned int)(~ix);
+}
+
+// 3. One block: the big tokens' ranks, starts, buckets and first units; each class's first rank, slot and unit;
+//    the table's sizes.
+extern "C" __global__ void __launch_bounds__(SCATTER_THREADS)
+    scatter_bases_kernel(const int* counts, int num_tiles, const int* tile_totals, const int* big_list,
+                         int num_c_groups, int* big_sorted, int* big_unit_starts, int* class_bases, int4* bucket_info,
+                         int* token_starts, int* counters) {
+    __shared__ unsigned long long keys[SCATTER_THREADS];
+    __shared__ int class_totals[CHUNK_ITEMS];
+    __shared__ int scan_scratch[WARP_SIZE + 1];
+    int lane = threadIdx.x % WARP_SIZE;
+    int warp = threadIdx.x / WARP_SIZE;
+    int num_big = counters[COUNTER_NUM_BIG];
+
+    // Class totals over all tiles: warp w sums class w + 1 (SCATTER_WARPS == CHUNK_ITEMS).
+    int sum = 0;
+    for (int tile = lane; tile < num_tiles; tile += WARP_SIZE) { sum += tile_totals[tile * CHUNK_ITEMS + warp]; }
+    sum = warp_sum(sum);
+    if (lane == 0) { class_totals[warp] = sum; }
+
+    // Rank of a big token = how many big tokens have a larger key. The keys are staged through shared memory
+    // a tile at a time; every thread then reads the same word (a broadcast).
+    for (int i0 = 0; i0 < num_big; i0 += SCATTER_THREADS) {
+        int i = i0 + threadIdx.x;
+        unsigned long long mine = i < num_big ? big_key(counts, big_list[i]) : 0ull;
+        int rank = 0;
+        for (int j0 = 0; j0 < num_big; j0 += SCATTER_THREADS) {
+            __syncthreads();  // the previous tile of keys has been read
+            int j = j0 + threadIdx.x;
+            keys[threadIdx.x] = j < num_big ? big_key(counts, big_list[j]) : 0ull;
+            __syncthreads();
+            int n = min(SCATTER_THREADS, num_big - j0);
+            for (int k = 0; k < n; k++) { rank += keys[k] > mine; }
+        }
+        if (i < num_big) { big_sorted[rank] = big_list[i]; }
+    }
+    __syncthreads();  // big_sorted is complete (global writes of this block are visible to it after the barrier)
+
+    // Big tokens in rank order: starts and first units are running sums of counts and chunk counts.
+    int item_carry = 0;
+    int unit_carry = 0;
+    for (int r0 = 0; r0 < num_big; r0 += SCATTER_THREADS) {
+        int rank = r0 + threadIdx.x;
+        int ix = rank < num_big ? big_sorted[rank] : 0;
+        int count = rank < num_big ? counts[ix] : 0;
+        int items_total, units_total;
+        int start = item_carry + block_exclusive_sum(count, &items_total, scan_scratch);
+        int unit = unit_carry + block_exclusive_sum(CEIL_DIV(count, CHUNK_ITEMS), &units_total, scan_scratch);
+        if (rank < num_big) {
+            token_starts[ix] = start;
+            big_unit_starts[rank] = unit;
+            for (int g = 0; g < num_c_groups; g++) {
+                bucket_info[rank * num_c_groups + g] = make_int4(start, count, ix, g);
+            }
+        }
+        item_carry += items_total;
+        unit_carry += units_total;
+    }
+
+    // The classes, 32 down to 1, follow the big tokens.
+    if (threadIdx.x == 0) {
+        int rank = num_big;
+        int item = item_carry;
+        int unit = unit_carry;
+        int max_count = num_big > 0 ? counts[big_sorted[0]] : 0;
+        for (int c = CHUNK_ITEMS; c >= 1; c--) {
+            class_bases[BASE_RANK * CHUNK_ITEMS + c - 1] = rank;
+            class_bases[BASE_ITEM * CHUNK_ITEMS + c - 1] = item;
+            class_bases[BASE_UNIT * CHUNK_ITEMS + c - 1] = unit;
+            int n = class_totals[c - 1];
+            if (n > 0 && max_count == 0) { max_count = c; }
+            rank += n;
+            item += n * c;
+            unit += n;  // a small token is one chunk
+        }
+        counters[COUNTER_NUM_DISTINCT] = rank;
+        counters[COUNTER_MAX_COUNT] = max_count;
+        counters[COUNTER_NUM_BUCKETS] = rank * num_c_groups;
+        counters[COUNTER_NUM_UNITS] = unit;
+    }
+}
+
+// 4. Per tile of SCATTER_THREADS token ids: every small token's rank = its class's first rank + the class's
+//    tokens in earlier tiles + those before it in this tile (earlier warps, then earlier lanes: id order).
+//    Then its start (arithmetic: all tokens of the class have `c` items), its buckets and its one unit.
+extern "C" __global__ void __launch_bounds__(SCATTER_THREADS)
+    scatter_small_rows_kernel(const int* counts, int V, const int* tile_totals, const int* class_bases,
+                              int num_c_groups, int4* bucket_info, int4* units, int* token_starts) {
+    __shared__ int warp_counts[SCATTER_WARPS][CHUNK_ITEMS + 1];  // [warp][class - 1]; +1 spreads the banks
+    __shared__ int tiles_before[CHUNK_ITEMS];
+    int ix = blockIdx.x * SCATTER_THREADS + threadIdx.x;
+    int lane = threadIdx.x % WARP_SIZE;
+    int warp = threadIdx.x / WARP_SIZE;
+    warp_counts[warp][lane] = 0;  // SCATTER_WARPS x CHUNK_ITEMS == one int per thread
+    __syncthreads();
+    int count = ix < V ? counts[ix] : 0;
+    int cls = token_class(count);
+    unsigned int peers = __match_any_sync(0xffffffffu, cls);
+    int rank_in_warp = __popc(peers & lanes_below(lane));
+    if (cls > 0 && rank_in_warp == 0) { warp_counts[warp][cls - 1] = __popc(peers); }
+    __syncthreads();
+    {
+        // Warp w scans class w + 1 over the block's warps (lane = warp), and sums it over the earlier tiles.
+        int c0 = warp;
+        int value = warp_counts[lane][c0];
+        int inclusive = value;
+        for (int offset = 1; offset < WARP_SIZE; offset <<= 1) {
+            int other = __shfl_up_sync(0xffffffffu, inclusive, offset);
+            if (lane >= offset) { inclusive += other; }
+        }
+        warp_counts[lane][c0] = inclusive - value;
+        int before = 0;
+        for (int tile = lane; tile < (int)blockIdx.x; tile += WARP_SIZE) {
+            before += tile_totals[tile * CHUNK_ITEMS + c0];
+        }
+        before = warp_sum(before);
+        if (lane == 0) { tiles_before[c0] = before; }
+    }
+    __syncthreads();
+    if (cls == 0) { return; }
+    int first_rank = class_bases[BASE_RANK * CHUNK_ITEMS + cls - 1];
+    int place = tiles_before[cls - 1] + warp_counts[warp][cls - 1] + rank_in_warp;  // place inside the class
+    int rank = first_rank + place;
+    int start = class_bases[BASE_ITEM * CHUNK_ITEMS + cls - 1] + place * cls;
+    int unit = class_bases[BASE_UNIT * CHUNK_ITEMS + cls - 1] + place;
+    token_starts[ix] = start;
+    for (int g = 0; g < num_c_groups; g++) { bucket_info[rank * num_c_groups + g] = make_int4(start, cls, ix, g); }
+    units[unit] = make_int4(ix, 0, start, cls);
+}
+
+// 5. Every position into its token's range, at a slot the atomics hand out (any order: kernel 6 sorts).
+//    Counting each token back down to zero leaves counts cleared for the next table.
+extern "C" __global__ void __launch_bounds__(SCATTER_SMALL_BLOCK)
+    scatter_positions_kernel(const int* inp, int BT, int* counts, const int* token_starts, int* bt_list) {
+    int bt = blockIdx.x * blockDim.x + threadIdx.x;
+    int lane = threadIdx.x % WARP_SIZE;
+    int ix = bt < BT ? inp[bt] : -1;
+    unsigned int peers = __match_any_sync(0xffffffffu, ix);
+    int leader = __ffs(peers) - 1;
+    int left = 0;  // the leader takes slots for all its peers at once
+    if (ix >= 0 && lane == leader) { left = atomicSub(&counts[ix], __popc(peers)); }
+    left = __shfl_sync(0xffffffffu, left, leader);
+    if (ix >= 0) { bt_list[token_starts[ix] + left - 1 - __popc(peers & lanes_below(lane))] = bt; }
+}
+
+// 6. Sort every token's range of bt_list. Blocks below big_blocks take the big tokens (a bitmap of all
+//    positions per token, read out in order) and write their units; every other warp takes one small token.
+extern "C" __global__ void __launch_bounds__(SCATTER_THREADS)
+    scatter_sort_kernel(int* bt_list, const int4* bucket_info, int num_c_groups, const int* big_unit_starts,
+                        int4* units, const int* counters, int BT, int big_blocks) {
+    __shared__ unsigned int bitmap[SCATTER_MAX_BT / WARP_SIZE];
+    __shared__ int scan_scratch[WARP_SIZE + 1];
+    int lane = threadIdx.x % WARP_SIZE;
+    int warp = threadIdx.x / WARP_SIZE;
+    int num_big = counters[COUNTER_NUM_BIG];
+    if ((int)blockIdx.x < big_blocks) {
+        int words = CEIL_DIV(BT, WARP_SIZE);
+        int per_thread = CEIL_DIV(words, SCATTER_THREADS);
+        for (int rank = blockIdx.x; rank < num_big; rank += big_blocks) {  // the same trip count in every thread
+            int4 row = bucket_info[rank * num_c_groups];
+            int start = row.x;
+            int count = row.y;
+            int ix = row.z;
+            for (int w = threadIdx.x; w < words; w += SCATTER_THREADS) { bitmap[w] = 0u; }
+            __syncthreads();
+            for (int k = threadIdx.x; k < count; k += SCATTER_THREADS) {
+                int bt = bt_list[start + k];
+                atomicOr(&bitmap[bt / WARP_SIZE], 1u << (bt % WARP_SIZE));
+            }
+            __syncthreads();  // every position is marked (and read: the range can be overwritten)
+            // Thread i owns words [i * per_thread, (i + 1) * per_thread): its first slot is a scan of popcounts.
+            int mine = 0;
+            for (int q = 0; q < per_thread; q++) {
+                int w = threadIdx.x * per_thread + q;
+                if (w < words) { mine += __popc(bitmap[w]); }
+            }
+            int unused;
+            int slot = start + block_exclusive_sum(mine, &unused, scan_scratch);
+            for (int q = 0; q < per_thread; q++) {
+                int w = threadIdx.x * per_thread + q;
+                unsigned int bits = w < words ? bitmap[w] : 0u;
+                while (bits != 0u) {
+                    bt_list[slot++] = w * WARP_SIZE + __ffs(bits) - 1;
+                    bits &= bits - 1u;  // clear the lowest set bit
+                }
+            }
+            int first_unit = big_unit_starts[rank];
+            for (int chunk = threadIdx.x; chunk < CEIL_DIV(count, CHUNK_ITEMS); chunk += SCATTER_THREADS) {
+                units[first_unit + chunk] = make_int4(ix, chunk, start, count);
+            }
+            __syncthreads();  // the bitmap is cleared for the next token only after everyone has read it
+        }
+        return;
+    }
+    int rank = num_big + ((int)blockIdx.x - big_blocks) * SCATTER_WARPS + warp;
+    if (rank >= counters[COUNTER_NUM_DISTINCT]) { return; }  // the whole warp leaves together
+    int4 row = bucket_info[rank * num_c_groups];
+    int start = row.x;
+    int count = row.y;  // <= CHUNK_ITEMS == WARP_SIZE
+    if (count == 1) { return; }
+    int bt = lane < count ? bt_list[start + lane] : 0x7FFFFFFF;
+    int place = 0;  // how many of the range's positions are smaller than mine
+    for (int k = 0; k < count; k++) { place += __shfl_sync(0xffffffffu, bt, k) < bt; }
+    if (lane < count) { bt_list[start + place] = bt; }
+}

@@ -1,0 +1,167 @@
+"""The scatter route (kernels/bucketing_scatter.cu): its NumPy twin builds the documented bucket table (CPU), and
+on a GPU the six kernels leave every workspace buffer as the twin does (mark ``gpu``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpt2enc_edu import buckets, layout
+from gpt2enc_edu import mirror_bucketing_scatter as twin
+from gpt2enc_edu.rounding import bfloat16
+from gpt2enc_edu.tokens import make_ids
+
+DTYPES = [pytest.param((bfloat16, 776), id="bf16-C776"), pytest.param((np.float32, 768), id="fp32-C768")]
+CASES = [  # (B, T, V, ids)
+    (1, 1, 1, "uniform"),
+    (1, 1, 5, "uniform"),
+    (1, 1000, 2, "uniform"),
+    (1, 1024, 50257, "zipf"),
+    (1, 1024, 50257, "real"),
+    (3, 700, 70000, "uniform"),
+    (8, 1024, 50257, "uniform"),
+    (8, 1024, 50257, "zipf"),
+    (64, 1024, 50257, "uniform"),
+    (64, 1024, 50257, "zipf"),
+    (64, 1024, 50257, "repeated"),
+    (2, 999, 1030, "zipf"),
+]
+
+
+def _ids(kind, B, T, V, rng):
+    if kind == "repeated":  # one token everywhere: one big token of B*T items, the bitmap full
+        return np.full((B, T), V - 1, dtype=np.int32)
+    return make_ids(kind, B, T, seed=rng) if kind == "real" else make_ids(kind, B, T, V=V, seed=rng)
+
+
+def _same_table(a, b) -> bool:
+    return all(np.array_equal(getattr(a, f), getattr(b, f)) for f in ("info", "bt_list", "units"))
+
+
+def _class_edges(rng) -> np.ndarray:
+    """Tokens seen 1, 31, 32 (the largest small class), 33 (the smallest big count) and 34 times, shuffled."""
+    counts = {3: 1, 8: 31, 5: 32, 7: 33, 2: 34, 1030: 32, 1031: 33}
+    ids = np.concatenate([np.full(n, ix, dtype=np.int32) for ix, n in counts.items()])
+    return rng.permutation(ids)[None, :]
+
+
+@pytest.mark.parametrize("B, T, V, ids", CASES)
+@pytest.mark.parametrize("dtype_c", DTYPES)
+def test_twin_builds_the_numpy_table(B, T, V, ids, dtype_c):
+    dtype, C = dtype_c
+    rng = np.random.default_rng(B * 100003 + T * 7 + V)
+    inp = _ids(ids, B, T, V, rng)
+    assert _same_table(twin.bucketing_scatter(inp, C, dtype, V), buckets.build_bucket_table(inp, C, dtype))
+
+
+def test_twin_at_the_class_edges():
+    inp = _class_edges(np.random.default_rng(1))
+    table = twin.bucketing_scatter(inp, 768, bfloat16, 1100)
+    assert _same_table(table, buckets.build_bucket_table(inp, 768, bfloat16))
+    # big tokens (34, 33, 33 items) first, then the class of 32 by id, then 31, then 1
+    assert table.sizes[:: table.num_c_groups].tolist() == [34, 33, 33, 32, 32, 31, 1]
+    assert table.token_ids[:: table.num_c_groups].tolist() == [2, 7, 1031, 5, 1030, 8, 3]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 300).flatmap(
+        lambda V: st.tuples(st.just(V), st.lists(st.integers(0, V - 1), min_size=1, max_size=400))
+    )
+)
+def test_twin_on_any_ids(case):
+    V, ids = case
+    inp = np.asarray(ids, dtype=np.int32)[None, :]
+    assert _same_table(twin.bucketing_scatter(inp, 520, bfloat16, V), buckets.build_bucket_table(inp, 520, bfloat16))
+
+
+def test_twin_workspace_after_a_table():
+    """What the kernels leave besides the table: counts back at zero, the class bases, the sizes."""
+    inp = _class_edges(np.random.default_rng(2))
+    ws = twin.make_workspace(inp, 768, bfloat16, 1100)
+    twin.bucketing_scatter(inp, 768, bfloat16, 1100, workspace=ws)
+    assert not ws.counts.any()
+    counters = ws.counters
+    assert counters[layout.COUNTER_NUM_BIG] == 3 and counters[layout.COUNTER_NUM_DISTINCT] == 7
+    assert counters[layout.COUNTER_MAX_COUNT] == 34 and counters[layout.COUNTER_NUM_UNITS] == 2 + 2 + 2 + 4
+    assert counters[layout.COUNTER_NUM_BUCKETS] == 7 * 3
+    # class 32 starts at rank 3, after the 34 + 33 + 33 items of the big tokens, after their 6 units
+    assert ws.class_bases[:, 31].tolist() == [3, 100, 6]
+    assert ws.class_bases[:, 0].tolist() == [6, 100 + 64 + 31, 9]  # class 1: after classes 32 and 31
+    assert ws.big_sorted[:3].tolist() == [2, 7, 1031] and ws.big_unit_starts[:3].tolist() == [0, 2, 4]
+
+
+def test_refuses_what_the_kernels_do_not_take():
+    with pytest.raises(ValueError, match="scatter route"):
+        twin.make_workspace(np.zeros(layout.SCATTER_MAX_BT + 1, dtype=np.int32), 64, bfloat16, 10)
+
+
+def test_rank_among_equal_counts_earlier_equal_keys():
+    keys = np.array([5, 3, 5, 5, 3, 9])
+    assert twin.rank_among_equal(keys).tolist() == [0, 0, 1, 2, 1, 0]
+
+
+GPU_BUFFERS = ("tile_totals", "class_bases", "counts")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "B, T, V, ids", [c for c in CASES if c[3] != "real"] + [(1, 1024, 50257, "real"), (1, 110, 1100, "edges")]
+)
+@pytest.mark.parametrize("dtype_c", DTYPES)
+def test_gpu_scatter_route_equals_its_twin(B, T, V, ids, dtype_c):
+    """The table (written over poison) and the workspace the kernels leave, against the twin's."""
+    import cupy
+
+    from gpt2enc_edu import gpu_buckets
+
+    dtype, C = dtype_c
+    rng = np.random.default_rng(B * 31 + T + V)
+    inp = _class_edges(rng) if ids == "edges" else _ids(ids, B, T, V, rng)
+    g_inp = cupy.asarray(inp)
+    gpu_buckets.release_workspaces()  # a fresh workspace; poisoned below, so it is dropped again at the end
+    try:
+        _check_against_twin(gpu_buckets, inp, g_inp, C, dtype, V)
+    finally:
+        gpu_buckets.release_workspaces()
+
+
+def _check_against_twin(gpu_buckets, inp, g_inp, C, dtype, V):
+    ws = gpu_buckets._launch(g_inp, C, dtype, V, route="scatter")  # allocates, builds once
+    for name in (
+        "info",
+        "units",
+        "bt_list",
+        "tile_totals",
+        "class_bases",
+        "big_sorted",
+        "big_unit_starts",
+        "token_starts",
+    ):
+        getattr(ws, name).fill(-0x5A5A5A5A)  # poison: every value the twin compares must be written again
+    ws.counters.fill(-7)
+    gpu_buckets._launch(g_inp, C, dtype, V, route="scatter")
+    t_ws = twin.make_workspace(inp, C, dtype, V)
+    table = twin.bucketing_scatter(inp, C, dtype, V, workspace=t_ws)
+    assert _same_table(table, buckets.build_bucket_table(inp, C, dtype))
+    assert np.array_equal(ws.info[: table.num_buckets].get(), table.info)
+    assert np.array_equal(ws.units[: table.num_units].get(), table.units)
+    assert np.array_equal(ws.bt_list.get(), table.bt_list)
+    assert np.array_equal(ws.tile_totals.get(), t_ws.tile_totals.reshape(-1))
+    assert np.array_equal(ws.class_bases.get(), t_ws.class_bases.reshape(-1))
+    assert not ws.counts.get().any()  # counted back down to zero
+    num_big = int(t_ws.counters[layout.COUNTER_NUM_BIG])
+    assert np.array_equal(ws.big_sorted[:num_big].get(), t_ws.big_sorted[:num_big])
+    assert np.array_equal(ws.big_unit_starts[:num_big].get(), t_ws.big_unit_starts[:num_big])
+    present = np.unique(inp)
+    assert np.array_equal(ws.token_starts.get()[present], t_ws.token_starts[present])
+    slots = [
+        layout.COUNTER_NUM_DISTINCT,
+        layout.COUNTER_MAX_COUNT,
+        layout.COUNTER_NUM_BUCKETS,
+        layout.COUNTER_NUM_UNITS,
+        layout.COUNTER_NUM_BIG,
+    ]
+    assert np.array_equal(ws.counters.get()[slots], t_ws.counters[slots])
