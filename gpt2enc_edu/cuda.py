@@ -93,12 +93,18 @@ _side_streams: dict = {}
 
 
 def _side_stream(main):
-    """A second stream (and two events) paired with ``main``, for the GPU bucketing to run beside the wpe kernel."""
+    """A second stream (and two events) paired with ``main``, for the GPU bucketing to run beside the wpe kernel.
+
+    It has the device's highest priority: the table is a chain of short kernels that the wte kernel waits for,
+    while the wpe kernel streams dout with every SM it can get. With the higher priority, each table kernel's
+    blocks are scheduled as soon as wpe blocks retire instead of queueing behind the rest of the wpe grid.
+    """
     cupy = cupy_module()
     key = (cupy.cuda.Device().id, main.ptr)
     if key not in _side_streams:
-        _side_streams[key] = (cupy.cuda.Stream(non_blocking=True), cupy.cuda.Event(disable_timing=True),
-                              cupy.cuda.Event(disable_timing=True))
+        _, greatest = cupy.cuda.runtime.deviceGetStreamPriorityRange()
+        _side_streams[key] = (cupy.cuda.Stream(non_blocking=True, priority=greatest),
+                              cupy.cuda.Event(disable_timing=True), cupy.cuda.Event(disable_timing=True))
     return _side_streams[key]
 
 

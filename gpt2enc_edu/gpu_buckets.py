@@ -234,7 +234,8 @@ def _launch_scatter(cupy, inp, BT: int, V: int, groups: int, dtype, ws, stop_aft
     kernel = lambda name: get_kernel("bucketing_scatter.cu", name, dtype)  # noqa: E731
     num_tiles = ceil_div(V, SCATTER_THREADS)
     position_grid = ceil_div(BT, SCATTER_SMALL_BLOCK)
-    big_blocks = max(1, min(scatter_max_big(BT), cupy.cuda.Device().attributes["MultiProcessorCount"]))
+    # Blocks that sort big tokens: two per SM at most (a 1024-thread block with an 8 KiB bitmap; two fit an SM).
+    big_blocks = max(1, min(scatter_max_big(BT), 2 * cupy.cuda.Device().attributes["MultiProcessorCount"]))
     small_warps = SCATTER_THREADS // WARP_SIZE  # one small token per warp
     launches = (
         ("scatter_count_kernel", position_grid, SCATTER_SMALL_BLOCK, (inp, np.int32(BT), ws.counts, ws.counters)),
@@ -249,8 +250,8 @@ def _launch_scatter(cupy, inp, BT: int, V: int, groups: int, dtype, ws, stop_aft
         ("scatter_positions_kernel", position_grid, SCATTER_SMALL_BLOCK,
          (inp, np.int32(BT), ws.counts, ws.token_starts, ws.bt_list)),
         ("scatter_sort_kernel", big_blocks + ceil_div(min(V, BT), small_warps), SCATTER_THREADS,
-         (ws.bt_list, ws.info, np.int32(groups), ws.big_unit_starts, ws.units, ws.counters, np.int32(BT),
-          np.int32(big_blocks))),
+         (ws.bt_list, ws.info, np.int32(groups), ws.big_unit_starts, ws.class_bases, ws.units, ws.counters,
+          np.int32(BT), np.int32(big_blocks))),
     )
     for name, grid, block, args in launches[: steps - 1]:
         launch(kernel(name), grid, block, args)

@@ -29,7 +29,7 @@
 //   5. scatter_positions_kernel   grid CEIL_DIV(BT, SCATTER_SMALL_BLOCK), block SCATTER_SMALL_BLOCK
 //        (inp, BT, counts, token_starts, bt_list)
 //   6. scatter_sort_kernel        grid big_blocks + CEIL_DIV(min(V, BT), SCATTER_WARPS), block SCATTER_THREADS
-//        (bt_list, bucket_info, num_c_groups, big_unit_starts, units, counters, BT, big_blocks)
+//        (bt_list, bucket_info, num_c_groups, big_unit_starts, class_bases, units, counters, BT, big_blocks)
 // Workspace: counts[V], tile_totals[CEIL_DIV(V, 1024) * CHUNK_ITEMS], big_list and big_sorted and
 // big_unit_starts[BT / (CHUNK_ITEMS + 1) + 1], class_bases[3 * CHUNK_ITEMS], token_starts[V].
 // Requires 1 <= BT <= SCATTER_MAX_BT (the bitmap is static shared memory); any V. counters as in bucketing.cu,
@@ -41,6 +41,8 @@
 #define SCATTER_SMALL_BLOCK 256
 #define SCATTER_MAX_BT 65536
 #define CHUNK_ITEMS 32
+// The most big tokens SCATTER_MAX_BT ids can hold (each is seen at least CHUNK_ITEMS + 1 times).
+#define SCATTER_MAX_BIG (SCATTER_MAX_BT / (CHUNK_ITEMS + 1) + 1)
 
 // counters[] slots, as in bucketing.cu, and the number of big tokens
 #define COUNTER_NUM_DISTINCT 0
@@ -108,7 +110,8 @@ extern "C" __global__ void __launch_bounds__(SCATTER_THREADS)
     scatter_bases_kernel(const int* counts, int num_tiles, const int* tile_totals, const int* big_list,
                          int num_c_groups, int* big_sorted, int* big_unit_starts, int* class_bases, int4* bucket_info,
                          int* token_starts, int* counters) {
-    __shared__ unsigned long long keys[SCATTER_THREADS];
+    __shared__ unsigned long long keys[SCATTER_MAX_BIG];  // in big_list's order
+    __shared__ unsigned long long ranked[SCATTER_MAX_BIG];  // in rank order
     __shared__ int class_totals[CHUNK_ITEMS];
     __shared__ int scan_scratch[WARP_SIZE + 1];
     int lane = threadIdx.x % WARP_SIZE;
@@ -121,35 +124,31 @@ extern "C" __global__ void __launch_bounds__(SCATTER_THREADS)
     sum = warp_sum(sum);
     if (lane == 0) { class_totals[warp] = sum; }
 
-    // Rank of a big token = how many big tokens have a larger key. The keys are staged through shared memory
-    // a tile at a time; every thread then reads the same word (a broadcast).
-    for (int i0 = 0; i0 < num_big; i0 += SCATTER_THREADS) {
-        int i = i0 + threadIdx.x;
-        unsigned long long mine = i < num_big ? big_key(counts, big_list[i]) : 0ull;
+    // Rank of a big token = how many big tokens have a larger key. All keys sit in shared memory (one trip to
+    // global memory for all of them); in the counting loop every thread reads the same word (a broadcast).
+    for (int i = threadIdx.x; i < num_big; i += SCATTER_THREADS) { keys[i] = big_key(counts, big_list[i]); }
+    __syncthreads();
+    for (int i = threadIdx.x; i < num_big; i += SCATTER_THREADS) {
+        unsigned long long mine = keys[i];
         int rank = 0;
-        for (int j0 = 0; j0 < num_big; j0 += SCATTER_THREADS) {
-            __syncthreads();  // the previous tile of keys has been read
-            int j = j0 + threadIdx.x;
-            keys[threadIdx.x] = j < num_big ? big_key(counts, big_list[j]) : 0ull;
-            __syncthreads();
-            int n = min(SCATTER_THREADS, num_big - j0);
-            for (int k = 0; k < n; k++) { rank += keys[k] > mine; }
-        }
-        if (i < num_big) { big_sorted[rank] = big_list[i]; }
+        for (int k = 0; k < num_big; k++) { rank += keys[k] > mine; }
+        ranked[rank] = mine;
     }
-    __syncthreads();  // big_sorted is complete (global writes of this block are visible to it after the barrier)
+    __syncthreads();
 
     // Big tokens in rank order: starts and first units are running sums of counts and chunk counts.
     int item_carry = 0;
     int unit_carry = 0;
     for (int r0 = 0; r0 < num_big; r0 += SCATTER_THREADS) {
         int rank = r0 + threadIdx.x;
-        int ix = rank < num_big ? big_sorted[rank] : 0;
-        int count = rank < num_big ? counts[ix] : 0;
+        unsigned long long key = rank < num_big ? ranked[rank] : 0ull;
+        int ix = (int)~(unsigned int)key;  // the key's low word is ~ix, its high word the count
+        int count = (int)(key >> 32);
         int items_total, units_total;
         int start = item_carry + block_exclusive_sum(count, &items_total, scan_scratch);
         int unit = unit_carry + block_exclusive_sum(CEIL_DIV(count, CHUNK_ITEMS), &units_total, scan_scratch);
         if (rank < num_big) {
+            big_sorted[rank] = ix;
             token_starts[ix] = start;
             big_unit_starts[rank] = unit;
             for (int g = 0; g < num_c_groups; g++) {
@@ -165,7 +164,7 @@ extern "C" __global__ void __launch_bounds__(SCATTER_THREADS)
         int rank = num_big;
         int item = item_carry;
         int unit = unit_carry;
-        int max_count = num_big > 0 ? counts[big_sorted[0]] : 0;
+        int max_count = num_big > 0 ? (int)(ranked[0] >> 32) : 0;
         for (int c = CHUNK_ITEMS; c >= 1; c--) {
             class_bases[BASE_RANK * CHUNK_ITEMS + c - 1] = rank;
             class_bases[BASE_ITEM * CHUNK_ITEMS + c - 1] = item;
@@ -250,7 +249,7 @@ extern "C" __global__ void __launch_bounds__(SCATTER_SMALL_BLOCK)
 //    positions per token, read out in order) and write their units; every other warp takes one small token.
 extern "C" __global__ void __launch_bounds__(SCATTER_THREADS)
     scatter_sort_kernel(int* bt_list, const int4* bucket_info, int num_c_groups, const int* big_unit_starts,
-                        int4* units, const int* counters, int BT, int big_blocks) {
+                        const int* class_bases, int4* units, const int* counters, int BT, int big_blocks) {
     __shared__ unsigned int bitmap[SCATTER_MAX_BT / WARP_SIZE];
     __shared__ int scan_scratch[WARP_SIZE + 1];
     int lane = threadIdx.x % WARP_SIZE;
@@ -296,11 +295,12 @@ extern "C" __global__ void __launch_bounds__(SCATTER_THREADS)
         return;
     }
     int rank = num_big + ((int)blockIdx.x - big_blocks) * SCATTER_WARPS + warp;
-    if (rank >= counters[COUNTER_NUM_DISTINCT]) { return; }  // the whole warp leaves together
+    // Class 1 comes last in rank order and a single position is sorted already: warps from its first rank on
+    // leave before loading anything (the whole warp together).
+    if (rank >= class_bases[BASE_RANK * CHUNK_ITEMS + 0]) { return; }
     int4 row = bucket_info[rank * num_c_groups];
     int start = row.x;
-    int count = row.y;  // <= CHUNK_ITEMS == WARP_SIZE
-    if (count == 1) { return; }
+    int count = row.y;  // 2 .. CHUNK_ITEMS == WARP_SIZE
     int bt = lane < count ? bt_list[start + lane] : 0x7FFFFFFF;
     int place = 0;  // how many of the range's positions are smaller than mine
     for (int k = 0; k < count; k++) { place += __shfl_sync(0xffffffffu, bt, k) < bt; }

@@ -68,8 +68,9 @@ extern "C" __global__ void __launch_bounds__(WARP_SIZE* CHUNKED_WARPS_PER_BLOCK,
     bool single_chunk = num_chunks == 1;
 
     // CHUNK_GROUPS channel groups at a time, so that their loads overlap; the order of the adds of each
-    // channel is still item 0, 1, 2, ... of the chunk.
-    for (int g0 = 0; g0 < num_groups; g0 += CHUNK_GROUPS) {
+    // channel is still item 0, 1, 2, ... of the chunk. A grid with gridDim.y > 1 splits a unit's groups over
+    // several warps (warp y starts at group y * CHUNK_GROUPS); the package launches gridDim.y = 1.
+    for (int g0 = blockIdx.y * CHUNK_GROUPS; g0 < num_groups; g0 += gridDim.y * CHUNK_GROUPS) {
         bool has_channels[CHUNK_GROUPS];
         int c[CHUNK_GROUPS];
         x128 packed_dwte[CHUNK_GROUPS];

@@ -28,7 +28,7 @@ if str(ROOT) not in sys.path:
 import numpy as np  # noqa: E402
 
 import gpt2enc_edu as enc  # noqa: E402
-from gpt2enc_edu import buckets, compare, cuda, gpu_buckets, layout  # noqa: E402
+from gpt2enc_edu import buckets, compare, cuda, gpu_buckets, layout, loader  # noqa: E402
 from gpt2enc_edu.bench.floor import distinct_ids, minimal_bytes  # noqa: E402
 from gpt2enc_edu.bench.timer import GpuTimer, measure_copy_rate  # noqa: E402
 from gpt2enc_edu.problems import random_problem  # noqa: E402
@@ -88,6 +88,26 @@ def main() -> int:
         print(text, flush=True)
 
     auto_route = gpu_buckets.bucketing_route
+    chunked_source = loader.kernel_source("encoder_backward_wte_chunked.cu")
+    chunk_variants = {}
+    for groups, min_blocks, split in ((3, 4, 1), (1, 8, 1), (1, 8, 3), (1, 6, 3), (1, 4, 3)):
+        source = chunked_source.replace("#define CHUNKED_MIN_BLOCKS 3", f"#define CHUNKED_MIN_BLOCKS {min_blocks}")
+        source = source.replace("#define CHUNK_GROUPS 3", f"#define CHUNK_GROUPS {groups}")
+        module = loader.compile_source(source, enc.bfloat16, label=f"chunked {groups}/{min_blocks}")
+        chunk_variants[(groups, min_blocks, split)] = (
+            module.get_function("encoder_backward_wte_chunked_kernel"),
+            module.get_function("encoder_backward_wte_chunk_combine_kernel"))
+
+    def launch_chunked(chunk_fn, combine_fn, split, dwte, table, dout):
+        """``cuda.encoder_backward_wte_chunked`` with other compiled kernels, the groups split over ``split`` warps."""
+        BT = int(table.bt_list.shape[0])
+        partials = cuda._chunk_partials(BT, layout.num_c_groups(C, dout.dtype) * layout.c_per_group(dout.dtype))
+        chunk_fn((layout.ceil_div(table.max_units, layout.CHUNKED_WARPS_PER_BLOCK), split),
+                 (layout.WARP_SIZE * layout.CHUNKED_WARPS_PER_BLOCK,),
+                 (dwte, table.units, table.bt_list, dout, partials, table.num_units_device, np.int32(C), np.uint32(5)))
+        loader.launch(combine_fn, min(table.max_units, gpu_buckets.max_multi_chunk_units(BT)), layout.COMBINE_THREADS,
+                      (dwte, table.units, partials, table.num_units_device, np.int32(C), np.uint32(5)))
+
     for B in [int(b) for b in args.batches.split(",")]:
         for kind in args.kinds.split(","):
             host = random_problem(B, T, C, V, T, ids=kind, rng=np.random.default_rng(1234))
@@ -137,6 +157,22 @@ def main() -> int:
                 t_us(lambda: cuda.encoder_backward_wte_bucketed(g.dwte, table_dev, g.dout, C, 5)),
             )
 
+            # ---------------- chunked wte kernel variants (same order of adds, so the same bits): warps per SM
+            if B > 1:
+                base = host.on(cp)
+                with stream:
+                    cuda.encoder_backward_wte_chunked(base.dwte, table_dev, base.dout, C, 5)
+                stream.synchronize()
+                for (groups, min_blocks, split), (chunk_fn, combine_fn) in chunk_variants.items():
+                    trial = host.on(cp)
+                    with stream:
+                        launch_chunked(chunk_fn, combine_fn, split, trial.dwte, table_dev, trial.dout)
+                    stream.synchronize()
+                    label = f"chunked variant groups={groups} min_blocks={min_blocks} split={split}"
+                    check(compare.bitwise_equal(trial.dwte, base.dwte), f"B={B} {kind} {label} == chunked")
+                    record(B, kind, label, t_us(lambda fns=(chunk_fn, combine_fn, split): launch_chunked(
+                        *fns, g.dwte, table_dev, g.dout)))
+
             # ---------------- end to end, each route forced; bits against the CPU-built table
             for method in ("chunked", "bucketed"):
                 want = host.on(cp)
@@ -144,6 +180,7 @@ def main() -> int:
                     enc.encoder_backward(
                         want.dwte, want.dwpe, want.dout, want.inp, seed=99, method=method, bucketing="cpu"
                     )
+                stream.synchronize()  # the comparisons below run on another stream
                 for route in routes_for(B * T):
                     gpu_buckets.bucketing_route = lambda BT, V, route=route: route
                     try:
@@ -152,6 +189,7 @@ def main() -> int:
                             enc.encoder_backward(
                                 got.dwte, got.dwpe, got.dout, got.inp, seed=99, method=method, bucketing="gpu"
                             )
+                        stream.synchronize()
                         check(
                             compare.bitwise_equal(got.dwte, want.dwte) and compare.bitwise_equal(got.dwpe, want.dwpe),
                             f"B={B} {kind} {method} e2e with the {route} table == with the CPU table",
