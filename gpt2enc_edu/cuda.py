@@ -90,6 +90,8 @@ def encoder_backward_wte_chunked(dwte, table, dout, C: int, seed: int) -> None:
 
 
 _side_streams: dict = {}
+#: Lower numbers mean higher priority; CUDA clamps a number below the device's range to its highest priority.
+HIGHEST_STREAM_PRIORITY = -(2**31)
 
 
 def _side_stream(main):
@@ -102,8 +104,7 @@ def _side_stream(main):
     cupy = cupy_module()
     key = (cupy.cuda.Device().id, main.ptr)
     if key not in _side_streams:
-        _, greatest = cupy.cuda.runtime.deviceGetStreamPriorityRange()
-        _side_streams[key] = (cupy.cuda.Stream(non_blocking=True, priority=greatest),
+        _side_streams[key] = (cupy.cuda.Stream(non_blocking=True, priority=HIGHEST_STREAM_PRIORITY),
                               cupy.cuda.Event(disable_timing=True), cupy.cuda.Event(disable_timing=True))
     return _side_streams[key]
 
