@@ -83,7 +83,8 @@ def encoder_backward_wte_chunked(dwte, table, dout, C: int, seed: int) -> None:
     table = to_device(table)
     BT = int(table.bt_list.shape[0])
     partials = _chunk_partials(BT, num_c_groups(C, dout.dtype) * c_per_group(dout.dtype))
-    launch(chunk_kernel, ceil_div(table.max_units, CHUNKED_WARPS_PER_BLOCK), WARP_SIZE * CHUNKED_WARPS_PER_BLOCK,
+    grid = (ceil_div(table.max_units, CHUNKED_WARPS_PER_BLOCK), num_c_groups(C, dout.dtype))  # (units, groups)
+    launch(chunk_kernel, grid, WARP_SIZE * CHUNKED_WARPS_PER_BLOCK,
            (dwte, table.units, table.bt_list, dout, partials, table.num_units_device, np.int32(C), np.uint32(seed)))
     launch(combine_kernel, min(table.max_units, max_multi_chunk_units(BT)), COMBINE_THREADS,
            (dwte, table.units, partials, table.num_units_device, np.int32(C), np.uint32(seed)))

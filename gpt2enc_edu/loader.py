@@ -119,16 +119,19 @@ def get_kernel(file_name: str, kernel_name: str, dtype):
     return _module(file_name, dtype_name(dtype)).get_function(kernel_name)
 
 
-def launch(kernel, grid: int, block: int, args: tuple, *, shared_mem: int = 0) -> None:
+def launch(kernel, grid, block: int, args: tuple, *, shared_mem: int = 0) -> None:
     """Launch with a checked configuration; launch failures become RuntimeError naming the kernel.
+
+    ``grid`` is a number of blocks, or a tuple ``(x, y)`` for a 2-D grid.
 
     (Errors inside a running kernel surface at the next synchronising call, as CUDA reports them. Kernels
     of ``COOPERATIVE_FILES`` are launched cooperatively, which fails here if the grid cannot be co-resident.)
     """
     name = getattr(kernel, "name", kernel)
-    if grid <= 0 or block <= 0:
+    grid = tuple(int(g) for g in grid) if isinstance(grid, tuple) else (int(grid),)
+    if min(grid) <= 0 or block <= 0:
         raise RuntimeError(f"refusing to launch {name} with grid={grid}, block={block}")
     try:
-        kernel((grid,), (block,), args, shared_mem=shared_mem)
+        kernel(grid, (block,), args, shared_mem=shared_mem)
     except Exception as exc:  # cupy.cuda.driver.CUDADriverError and friends
         raise RuntimeError(f"launch of {name} failed (grid={grid}, block={block}): {exc}") from exc

@@ -148,14 +148,13 @@ def encoder_backward_wte_bucketed(dwte, table: BucketTable, dout, C: int, seed: 
 
 def encoder_backward_wte_chunked_kernel(dwte, units, bt_list, dout, partials, num_units: int, C: int,
                                         seed: int) -> None:
-    """Mirror of ``encoder_backward_wte_chunked_kernel``: one warp per unit (token, chunk), all channel groups.
+    """Mirror of ``encoder_backward_wte_chunked_kernel``: one warp per unit (token, chunk) and channel group.
 
     Each warp sums its chunk's items in order. A single-chunk token is finished here (its sum plus the old
     value, rounded into ``dwte``); a multi-chunk token's warps store their sums in ``partials`` (flat fp32),
     at ``unit * num_groups * c_per_warp + g * c_per_warp + lane_id * size``, for the combine kernel.
-    Threads are rows (unit, g, lane_id): the kernel's loop over channel groups ``g`` inside a warp becomes
-    more rows, as each group's sum is independent. Lanes past C have no row (they do no work). Units are
-    taken a step at a time to bound memory.
+    Threads are rows (unit, g, lane_id), as the kernel's warps are (unit, group ``g = blockIdx.y``). Lanes past
+    C have no row (they do no work). Units are taken a step at a time to bound memory.
     """
     size = pack_size(dout.dtype)
     k = np.arange(size)

@@ -2,9 +2,9 @@
 //
 // Same kind of result definition as encoder_backward_wte_bucketed.cu (a fixed order for every sum), but the
 // work is cut so that neither rare nor very frequent tokens waste the GPU:
-//   a unit = (token, chunk): CHUNK_ITEMS consecutive positions of one token (the last chunk may be shorter),
-//   over ALL channel groups; one WARP per unit (not one block per bucket). A token seen once no longer idles
-//   7 warps, and a token seen 9000 times is spread over 282 warps instead of running alone on one block.
+//   a unit = (token, chunk): CHUNK_ITEMS consecutive positions of one token (the last chunk may be shorter);
+//   one WARP per unit and channel group (not one block per bucket). A token seen once no longer idles 7 warps,
+//   and a token seen 9000 times is spread over 282 units instead of running alone on one block.
 //
 // The fixed order, which the NumPy mirror (gpt2enc_edu/mirror.py) follows exactly, for every channel:
 //   chunk partial  p = ((0 + d[item 0]) + d[item 1]) + ...      over the chunk's items, in bt order
@@ -12,10 +12,12 @@
 //   dwte           = round_to_storage(s + dwte_old)               (for a single chunk, s = p_0)
 //
 // Two kernels, launched one after the other on one stream:
-//   encoder_backward_wte_chunked_kernel: one warp per unit. A single-chunk token (most of them) is finished
-//     here: read-modify-write of dwte. A multi-chunk token's warps store their partials instead.
-//     grid = CEIL_DIV(max_units, CHUNKED_WARPS_PER_BLOCK), block = WARP_SIZE * CHUNKED_WARPS_PER_BLOCK
+//   encoder_backward_wte_chunked_kernel: one warp per (unit, channel group). A single-chunk token (most of
+//     them) is finished here: read-modify-write of dwte. A multi-chunk token's warps store their partials.
+//     grid = (CEIL_DIV(max_units, CHUNKED_WARPS_PER_BLOCK), num_groups), block = WARP_SIZE * CHUNKED_WARPS_PER_BLOCK
 //     kernel(dwte, units, bt_list, dout, partials, num_units, C, seed)
+//     num_groups = CEIL_DIV(C, WARP_SIZE * x128::size): 3 for C = 768 in bf16. blockIdx.y is the group (a grid
+//     with fewer rows is still right: each warp then walks groups blockIdx.y, blockIdx.y + gridDim.y, ...).
 //   encoder_backward_wte_chunk_combine_kernel: one block per multi-chunk token, one thread per 4 channels,
 //     adds the partials in chunk order, then the old value, and rounds once. Many chunk loads are kept in
 //     flight per thread, since a very frequent token has hundreds of chunks.
@@ -30,13 +32,12 @@
 
 #define CHUNK_ITEMS 32
 #define CHUNKED_WARPS_PER_BLOCK 8
-// Loads in flight per thread: CHUNK_UNROLL items times CHUNK_GROUPS channel groups (C = 768 in bf16 is 3
-// groups: one pass covers the whole row).
-#define CHUNK_UNROLL 1
-#define CHUNK_GROUPS 3
 // Each warp waits on a chain of dependent loads (unit -> positions -> gradients): latency, not bandwidth,
-// bounds it, so ask the compiler to fit enough warps per SM to hide that latency.
-#define CHUNKED_MIN_BLOCKS 3
+// bounds it, so the kernel wants many warps per SM. One channel group per warp keeps a thread's state small
+// (8 sums, one dout pack, one dwte pack) so that 6 blocks of 8 warps fit an SM. (On an H200, B=64: one warp
+// per unit walking all 3 groups, 3 blocks per SM, took 88 / 73 / 58 us for uniform / Zipf / real ids; one
+// warp per group, 6 blocks per SM, 80 / 76 / 57 us; at B=8 24 / 37 / 34 against 20 / 30 / 28 us.)
+#define CHUNKED_MIN_BLOCKS 6
 #define COMBINE_THREADS 128
 #define COMBINE_UNROLL 16
 
@@ -61,66 +62,40 @@ extern "C" __global__ void __launch_bounds__(WARP_SIZE* CHUNKED_WARPS_PER_BLOCK,
     int num_chunks = CEIL_DIV(token_size, CHUNK_ITEMS);
     int chunk_first = chunk * CHUNK_ITEMS;
     int chunk_size = min(CHUNK_ITEMS, token_size - chunk_first);
-
+    bool single_chunk = num_chunks == 1;
     // One coalesced load of the chunk's positions (lane i holds item i); shuffles hand them to every lane.
     int my_bt = lane_id < chunk_size ? bt_list[token_start + chunk_first + lane_id] : 0;
-    float* my_partials = partials + (size_t)unit * num_groups * c_per_warp;
-    bool single_chunk = num_chunks == 1;
 
-    // CHUNK_GROUPS channel groups at a time, so that their loads overlap; the order of the adds of each
-    // channel is still item 0, 1, 2, ... of the chunk. A grid with gridDim.y > 1 splits a unit's groups over
-    // several warps (warp y starts at group y * CHUNK_GROUPS); the package launches gridDim.y = 1.
-    for (int g0 = blockIdx.y * CHUNK_GROUPS; g0 < num_groups; g0 += gridDim.y * CHUNK_GROUPS) {
-        bool has_channels[CHUNK_GROUPS];
-        int c[CHUNK_GROUPS];
-        x128 packed_dwte[CHUNK_GROUPS];
-        float accum[CHUNK_GROUPS][x128::size];
-#pragma unroll
-        for (int q = 0; q < CHUNK_GROUPS; q++) {
-            c[q] = (g0 + q) * c_per_warp + lane_id * x128::size;
-            has_channels[q] = g0 + q < num_groups && c[q] < C;
-            // Fetch the old dwte early: its latency overlaps the position and dout loads.
-            if (has_channels[q] && single_chunk) { packed_dwte[q] = load128(dwte + ix * C + c[q]); }
-            for (int k = 0; k < x128::size; k++) { accum[q][k] = 0.0f; }
-        }
-        // Items in order; CHUNK_UNROLL x CHUNK_GROUPS loads are issued before they are added.
-        for (int item = 0; item < chunk_size; item += CHUNK_UNROLL) {
-            x128 packed_dout[CHUNK_UNROLL][CHUNK_GROUPS];
-#pragma unroll
-            for (int u = 0; u < CHUNK_UNROLL; u++) {
-                int bt = __shfl_sync(0xffffffffu, my_bt, (item + u) % WARP_SIZE);
-#pragma unroll
-                for (int q = 0; q < CHUNK_GROUPS; q++) {
-                    if (has_channels[q] && item + u < chunk_size) {
-                        packed_dout[u][q] = load128cs(dout + bt * C + c[q]);
-                    }
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < CHUNK_UNROLL; u++) {
-#pragma unroll
-                for (int q = 0; q < CHUNK_GROUPS; q++) {
-                    if (has_channels[q] && item + u < chunk_size) {
-                        for (int k = 0; k < x128::size; k++) { accum[q][k] += (float)packed_dout[u][q][k]; }
-                    }
-                }
+    // Channel group blockIdx.y (the package launches one grid row per group; a smaller grid walks the rest).
+    for (int g = blockIdx.y; g < num_groups; g += gridDim.y) {
+        int c = g * c_per_warp + lane_id * x128::size;
+        bool has_channels = c < C;  // lanes past C (in the last group of a C that is no multiple) only shuffle
+        // Fetch the old dwte early: its latency overlaps the dout loads.
+        x128 packed_dwte;
+        if (has_channels && single_chunk) { packed_dwte = load128(dwte + ix * C + c); }
+
+        // The chunk's items in order: accum = ((0 + d[item 0]) + d[item 1]) + ...
+        float accum[x128::size];
+        for (int k = 0; k < x128::size; k++) { accum[k] = 0.0f; }
+        for (int item = 0; item < chunk_size; item++) {
+            int bt = __shfl_sync(0xffffffffu, my_bt, item);
+            if (has_channels) {
+                x128 packed_dout = load128cs(dout + bt * C + c);
+                for (int k = 0; k < x128::size; k++) { accum[k] += (float)packed_dout[k]; }
             }
         }
-#pragma unroll
-        for (int q = 0; q < CHUNK_GROUPS; q++) {
-            if (!has_channels[q]) { continue; }
-            if (single_chunk) {
-                for (int k = 0; k < x128::size; k++) {
-                    round_to_storage(accum[q][k] + (float)packed_dwte[q][k], &packed_dwte[q][k],
-                                     (unsigned int)(ix * C + c[q] + k), NOISE_STREAM_DWTE, seed);
-                }
-                store128(dwte + ix * C + c[q], packed_dwte[q]);
-            } else {
-                float4* partial = reinterpret_cast<float4*>(my_partials + (g0 + q) * c_per_warp + lane_id * x128::size);
-                for (int p = 0; p < x128::size / 4; p++) {
-                    partial[p] =
-                        make_float4(accum[q][4 * p], accum[q][4 * p + 1], accum[q][4 * p + 2], accum[q][4 * p + 3]);
-                }
+        if (!has_channels) { continue; }
+        if (single_chunk) {
+            for (int k = 0; k < x128::size; k++) {
+                round_to_storage(accum[k] + (float)packed_dwte[k], &packed_dwte[k], (unsigned int)(ix * C + c + k),
+                                 NOISE_STREAM_DWTE, seed);
+            }
+            store128(dwte + ix * C + c, packed_dwte);
+        } else {
+            float4* partial = reinterpret_cast<float4*>(partials + ((size_t)unit * num_groups + g) * c_per_warp +
+                                                        lane_id * x128::size);
+            for (int p = 0; p < x128::size / 4; p++) {
+                partial[p] = make_float4(accum[4 * p], accum[4 * p + 1], accum[4 * p + 2], accum[4 * p + 3]);
             }
         }
     }

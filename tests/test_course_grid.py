@@ -18,6 +18,27 @@ def test_blocks_and_threads_see_their_indices():
     assert seen.tolist() == [300 + b for b in range(3) for _ in range(5)]
 
 
+def test_a_two_dimensional_grid_and_the_unused_coordinates():
+    seen = np.full((2, 3), -1)
+
+    def kernel(cuda, out):
+        assert (cuda.threadIdx.y, cuda.blockDim.y, cuda.blockIdx.z, cuda.gridDim.z) == (0, 1, 0, 1)
+        if cuda.threadIdx.x == 0:
+            out[cuda.blockIdx.y * cuda.gridDim.x + cuda.blockIdx.x] = cuda.blockIdx.y * 10 + cuda.gridDim.y
+
+    grid.launch(kernel, (3, 2), 4, (seen.reshape(-1),))
+    assert seen.tolist() == [[2, 2, 2], [12, 12, 12]]
+
+    def one_dimensional(cuda, out):
+        out[cuda.blockIdx.x] = cuda.blockIdx.y * 10 + cuda.gridDim.y  # y: index 0, size 1, as in CUDA
+
+    flat = np.full(3, -1)
+    grid.launch(one_dimensional, 3, 1, (flat,))
+    assert flat.tolist() == [1, 1, 1]
+    with pytest.raises(grid.KernelFault, match="invalid launch"):
+        grid.launch(one_dimensional, (3, 0), 1, (flat,))
+
+
 def test_shared_memory_is_per_block_and_the_barrier_orders_it():
     out = np.zeros(2 * 64, dtype=np.float32)
 

@@ -165,3 +165,27 @@ def _check_against_twin(gpu_buckets, inp, g_inp, C, dtype, V):
         layout.COUNTER_NUM_BIG,
     ]
     assert np.array_equal(ws.counters.get()[slots], t_ws.counters[slots])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("B, V", [(1, 50257), (8, 300)])
+def test_gpu_scatter_route_replays_its_graph_with_new_ids(B, V):
+    """Call 1 launches the kernels one by one, call 2 captures the graph, calls 3+ replay it: every call's
+    table is its own ids' table (the graph reads the ids the call copied in), on two streams."""
+    import cupy
+
+    from gpt2enc_edu import gpu_buckets
+
+    rng = np.random.default_rng(B + V)
+    gpu_buckets.release_workspaces()
+    try:
+        for stream in (cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream.null):
+            with stream:
+                for call in range(4):
+                    inp = _ids("zipf" if call % 2 else "uniform", B, 1024, V, rng)
+                    got = gpu_buckets.build_bucket_table_gpu(cupy.asarray(inp), 768, bfloat16, V).to_host()
+                    assert _same_table(got, buckets.build_bucket_table(inp, 768, bfloat16)), f"call {call}"
+                ws = next(w for k, w in gpu_buckets._workspaces.items() if k[1] == stream.ptr)
+                assert ws.graph is not None  # the later calls did replay a graph
+    finally:
+        gpu_buckets.release_workspaces()

@@ -78,15 +78,19 @@ class _Shuffle:
 class Thread:
     """The ``cuda`` argument of a per-thread kernel: who this thread is, and the block's facilities."""
 
-    def __init__(self, block_idx: int, thread_idx: int, block_dim: int, grid_dim: int, block_state: dict):
-        self.blockIdx, self.threadIdx = Dim3(block_idx), Dim3(thread_idx)
-        self.blockDim, self.gridDim = Dim3(block_dim), Dim3(grid_dim)
+    def __init__(self, block_idx, thread_idx: int, block_dim: int, grid_dim, block_state: dict):
+        # block_idx and grid_dim: an int (a 1-D grid) or a Dim3 (a 2-D grid)
+        # (an index's unused coordinates are 0, a size's are 1, as in CUDA)
+        self.blockIdx = block_idx if isinstance(block_idx, Dim3) else Dim3(block_idx, 0, 0)
+        self.gridDim = grid_dim if isinstance(grid_dim, Dim3) else Dim3(grid_dim)
+        self.threadIdx, self.blockDim = Dim3(thread_idx, 0, 0), Dim3(block_dim)
         self.warpSize = WARP_SIZE
         self._block = block_state
         self.requested = 0  # barriers and shuffles asked for; the runner counts the ones yielded
 
     def __repr__(self) -> str:
-        return f"thread {self.threadIdx.x} of block {self.blockIdx.x}"
+        block = self.blockIdx.x if self.gridDim.y == 1 else f"({self.blockIdx.x}, {self.blockIdx.y})"
+        return f"thread {self.threadIdx.x} of block {block}"
 
     def syncthreads(self) -> _Sync:
         """``__syncthreads()``; use it as ``yield cuda.syncthreads()``."""
@@ -181,7 +185,7 @@ def _advance(thread: Thread, runner, send):
     return waiting
 
 
-def _run_block(kernel, block_idx: int, block: int, grid: int, args, rng, atomics: list) -> None:
+def _run_block(kernel, block_idx, block: int, grid, args, rng, atomics: list) -> None:
     state = {"shared": {}, "atomics": atomics}
     threads = [Thread(block_idx, t, block, grid, state) for t in range(block)]
     waiting: list = [None] * block
@@ -247,18 +251,22 @@ def _spans(ids: list[int]) -> str:
     return ", ".join(parts)
 
 
-def launch(kernel, grid: int, block: int, args: tuple, *, rng=None) -> None:
+def launch(kernel, grid, block: int, args: tuple, *, rng=None) -> None:
     """Run the per-thread ``kernel`` over ``grid`` blocks of ``block`` threads: ``kernel<<<grid, block>>>(args)``.
 
+    ``grid`` is a number of blocks, or ``(x, y)`` for a 2-D grid (``cuda.blockIdx.y``, ``cuda.gridDim.y``).
     Blocks run one after another; ``rng`` (a fresh unseeded generator by default) orders the threads
     between barriers and the atomic adds.
     """
     rng = np.random.default_rng() if rng is None else rng
-    if grid <= 0 or block <= 0 or block > 1024:
+    grid_x, grid_y = (grid, 1) if np.ndim(grid) == 0 else (int(grid[0]), int(grid[1]))
+    if grid_x <= 0 or grid_y <= 0 or block <= 0 or block > 1024:
         raise KernelFault(f"invalid launch: grid={grid}, block={block} (1..1024 threads per block)")
     atomics: list = []
-    for block_idx in range(grid):
-        _run_block(kernel, block_idx, block, grid, args, rng, atomics)
+    grid_dim = Dim3(grid_x, grid_y) if grid_y > 1 else grid_x
+    for y in range(grid_y):
+        for x in range(grid_x):
+            _run_block(kernel, Dim3(x, y, 0) if grid_y > 1 else x, block, grid_dim, args, rng, atomics)
     for i in rng.permutation(len(atomics)).tolist():
         array, index, value = atomics[i]
         target = array if array.flags.writeable else array.base.reshape(-1)  # read_only(): atomics only

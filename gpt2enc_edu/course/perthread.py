@@ -137,7 +137,8 @@ def encoder_backward_wte_bucketed(cuda, dwte, bucket_info, bt_list, dout, num_bu
 
 
 def encoder_backward_wte_chunked(cuda, dwte, units, bt_list, dout, partials, num_units, C, seed):
-    """``encoder_backward_wte_chunked_kernel``: one warp per unit (token, chunk of 32 items), every group.
+    """``encoder_backward_wte_chunked_kernel``: one warp per unit (token, chunk of 32 items) and channel group
+    (``blockIdx.y``; a grid of fewer rows walks the remaining groups).
 
     A single-chunk token is finished here; a multi-chunk token's warps leave their partial sums in
     ``partials`` for the combine kernel. ``units`` is flattened (4 ints per unit).
@@ -155,13 +156,11 @@ def encoder_backward_wte_chunked(cuda, dwte, units, bt_list, dout, partials, num
     num_chunks = ceil_div(token_size, CHUNK_ITEMS)
     chunk_first = chunk * CHUNK_ITEMS
     chunk_size = min(CHUNK_ITEMS, token_size - chunk_first)
-
+    single_chunk = num_chunks == 1
     # Lane i loads item i's position; shuffles hand each position to every lane.
     my_bt = int(bt_list[token_start + chunk_first + lane_id]) if lane_id < chunk_size else 0
-    my_partials = unit * num_groups * c_per_warp
-    single_chunk = num_chunks == 1
 
-    for g in range(num_groups):
+    for g in range(cuda.blockIdx.y, num_groups, cuda.gridDim.y):
         c = g * c_per_warp + lane_id * size
         has_channels = c < C
         accum = np.zeros(size, dtype=np.float32)
@@ -178,7 +177,7 @@ def encoder_backward_wte_chunked(cuda, dwte, units, bt_list, dout, partials, num
                                            NOISE_STREAM_DWTE, seed)
             store128(dwte, ix * C + c, packed_dwte, cuda)
         else:
-            start = my_partials + g * c_per_warp + lane_id * size
+            start = (unit * num_groups + g) * c_per_warp + lane_id * size
             partials[start : start + size] = accum
 
 
@@ -250,7 +249,7 @@ def launch_backward_wte_chunked(chunk_kernel, combine_kernel, dwte, table: Bucke
     partials = np.full(max(table.num_units, 1) * c_padded, np.nan, dtype=np.float32)
     num_units = np.array([table.num_units], dtype=np.int32)
     units = table.units.reshape(-1)
-    launch(chunk_kernel, max(ceil_div(table.num_units, CHUNKED_WARPS_PER_BLOCK), 1),
+    launch(chunk_kernel, (max(ceil_div(table.num_units, CHUNKED_WARPS_PER_BLOCK), 1), ceil_div(C, WARP_SIZE * size)),
            WARP_SIZE * CHUNKED_WARPS_PER_BLOCK,
            (dwte.reshape(-1), units, table.bt_list, dout.reshape(-1), partials, num_units, C, seed), rng=rng)
     launch(combine_kernel, max(table.num_units, 1), COMBINE_THREADS,
