@@ -34,10 +34,11 @@
 #define CHUNKED_WARPS_PER_BLOCK 8
 // Each warp waits on a chain of dependent loads (unit -> positions -> gradients): latency, not bandwidth,
 // bounds it, so the kernel wants many warps per SM. One channel group per warp keeps a thread's state small
-// (8 sums, one dout pack, one dwte pack) so that 6 blocks of 8 warps fit an SM. (On an H200, B=64: one warp
-// per unit walking all 3 groups, 3 blocks per SM, took 88 / 73 / 58 us for uniform / Zipf / real ids; one
-// warp per group, 6 blocks per SM, 80 / 76 / 57 us; at B=8 24 / 37 / 34 against 20 / 30 / 28 us.)
-#define CHUNKED_MIN_BLOCKS 6
+// (8 sums, one dout pack, one dwte pack) so that 8 blocks of 8 warps fit an SM, the most an SM holds.
+// (On an H200, B=64, uniform / Zipf / real ids: one warp per unit walking all 3 groups at 3 blocks per SM
+// took 88 / 73 / 58 us; one warp per group at 6 blocks per SM 81 / 77 / 58 us, at 8 blocks 77 / 76 / 57 us.
+// At B=8: 24 / 37 / 34 us before, 21 / 30 / 29 us after. scripts/perf_probe.py, docs/performance.md.)
+#define CHUNKED_MIN_BLOCKS 8
 #define COMBINE_THREADS 128
 #define COMBINE_UNROLL 16
 

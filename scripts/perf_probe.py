@@ -77,6 +77,18 @@ def main() -> int:
             samples, _ = timer.time(fn, stream, warmup=3, repeats=args.repeats)
         return float(np.median(samples)) * 1e6
 
+    def wall_us(fn, calls: int = 300) -> float:
+        """Host wall time per call of ``fn`` called back to back (GPU work included where it is longer)."""
+        import time
+
+        fn()
+        stream.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        stream.synchronize()
+        return (time.perf_counter() - start) / calls * 1e6
+
     def record(B, kind, name, us, op=None, distinct=None):
         row = {"B": B, "ids": kind, "name": name, "us": us}
         text = f"B={B:<3} {kind:<8} {name:<48} {us:9.1f} us"
@@ -97,8 +109,8 @@ def main() -> int:
         return arrays
     chunked_source = loader.kernel_source("encoder_backward_wte_chunked.cu")
     chunk_variants = {}
-    for min_blocks, split in ((4, 3), (8, 3), (6, 1)):  # the package: 6 blocks per SM, one grid row per group
-        source = chunked_source.replace("#define CHUNKED_MIN_BLOCKS 6", f"#define CHUNKED_MIN_BLOCKS {min_blocks}")
+    for min_blocks, split in ((6, 3), (8, 1)):  # the package: 8 blocks per SM, one grid row per group
+        source = chunked_source.replace("#define CHUNKED_MIN_BLOCKS 8", f"#define CHUNKED_MIN_BLOCKS {min_blocks}")
         module = loader.compile_source(source, enc.bfloat16, label=f"chunked {min_blocks}/{split}")
         chunk_variants[(min_blocks, split)] = (
             module.get_function("encoder_backward_wte_chunked_kernel"),
@@ -147,6 +159,15 @@ def main() -> int:
                     flush=True,
                 )
                 RESULTS.append({"B": B, "ids": kind, "name": f"phases, {route}", "phases": phases})
+            # ---------------- the scatter route's wall time per call, back to back: one graph or seven launches
+            if B * T <= layout.SCATTER_MAX_BT:
+                with stream:
+                    ws = gpu_buckets._launch(g.inp, C, enc.bfloat16, V, route="scatter")
+                    groups = layout.num_c_groups(C, enc.bfloat16)
+                    record(B, kind, "table, scatter, wall per call (graph)", wall_us(
+                        lambda: gpu_buckets._launch(g.inp, C, enc.bfloat16, V, route="scatter")))
+                    record(B, kind, "table, scatter, wall per call (7 launches)", wall_us(
+                        lambda: gpu_buckets._launch_scatter(cp, g.inp, B * T, V, groups, enc.bfloat16, ws, 0)))
 
             # ---------------- the parts alone
             table_dev = gpu_buckets.to_device(table_np)

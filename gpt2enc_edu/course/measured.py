@@ -116,18 +116,20 @@ def measure_forward_versions(cupy, batches=FORWARD_BATCHES, repeats: int = 50) -
             "repeats": repeats, "rows": rows}
 
 
-def measure_bucketing_phases(cupy, batches=(1, 64), repeats: int = 20) -> dict:
-    """The GPU bucketing kernel, phase by phase (``gpu_buckets.phase_times_us``), at each batch size: B*T up
-    to 8192 ids takes the one-block kernel, more the cooperative one."""
-    runs = []
-    for B in batches:
+def measure_bucketing_phases(cupy, runs=((1, "scatter"), (64, "scatter"), (64, "cooperative")),
+                             repeats: int = 20) -> dict:
+    """The GPU bucket table, phase by phase (``gpu_buckets.phase_times_us``), for each (batch size, route): the
+    scatter route (the default up to 65,536 ids) and, for comparison, the cooperative kernel."""
+    measured = []
+    for B, route in runs:
         inp = cupy.asarray(make_ids("real", B, T, seed=0))
-        times = dict(gpu_buckets.phase_times_us(inp, C, bfloat16, V, repeats=repeats))
-        kernel = times.pop("kernel")
-        total = times.pop("total")
-        runs.append({"B": B, "kernel": kernel, "phases_us": {k: float(v) for k, v in times.items()},
-                     "total_us": float(total)})
-    return {"T": T, "C": C, "V": V, "ids": "real", "repeats": repeats, "runs": runs}
+        times = dict(gpu_buckets.phase_times_us(inp, C, bfloat16, V, repeats=repeats, route=route))
+        kernel, route, total = times.pop("kernel"), times.pop("route"), times.pop("total")
+        if route == "scatter":
+            times.pop("launch")  # each of its phases is a kernel of its own, launch included
+        measured.append({"B": B, "route": route, "kernel": kernel,
+                         "phases_us": {k: float(v) for k, v in times.items()}, "total_us": float(total)})
+    return {"T": T, "C": C, "V": V, "ids": "real", "repeats": repeats, "runs": measured}
 
 
 def _device_meta(cupy) -> dict:

@@ -42,8 +42,8 @@ def forward_versions(data: dict | None, *, ax=None):
 
 
 def bucketing_phases(data: dict | None):
-    """One panel per batch size: the GPU bucketing kernel's cost per phase (the first bar, "launch", is a
-    run that returns at once), and the whole kernel (grey)."""
+    """One panel per (batch size, route): the GPU bucket table's cost per phase (for a one-kernel route the
+    first bar, "launch", is a run that returns at once), and the whole (grey)."""
     import matplotlib.pyplot as plt
 
     runs = (data or {}).get("runs") or []
@@ -53,7 +53,7 @@ def bucketing_phases(data: dict | None):
         axes[0, 0].text(0.5, 0.5, "no measurements: no GPU and no committed numbers", ha="center")
         return fig
     for ax, run in zip(axes[0], runs):
-        labels = [*run["phases_us"], "whole kernel"]
+        labels = [*run["phases_us"], "whole"]
         values = [max(v, 0.0) for v in run["phases_us"].values()] + [run["total_us"]]
         bars = ax.barh(range(len(labels)), values, color=["tab:blue"] * (len(labels) - 1) + ["tab:gray"])
         ax.bar_label(bars, fmt="%.1f", fontsize=7, padding=2)
@@ -61,7 +61,7 @@ def bucketing_phases(data: dict | None):
         ax.set_ylim(len(labels) - 0.5, -0.5)
         ax.set_xlim(0, max(values) * 1.3)
         ax.set_xlabel("µs per call")
-        ax.set_title(f"B={run['B']}: {run['kernel']}", fontsize=9)
+        ax.set_title(f"B={run['B']}, {run.get('route', '')} route: {run['kernel']}", fontsize=9)
     fig.suptitle(f"GPU bucketing, T={data['T']}, real ids ({data['device']}, {data['date']})", fontsize=10)
     return fig
 
