@@ -17,13 +17,13 @@
 # # 06 · The fast deterministic path: chunked wte kernel and GPU bucketing
 #
 # **Goal:** read the two kernels that make the deterministic backward fast: the **chunked** wte kernel,
-# which no longer lets one frequent token set the time, and the **GPU bucketing** kernel, which builds the
-# bucket table of notebook 03 on the GPU in one launch instead of on the host. Then tie the skew of the ids
+# which no longer lets one frequent token set the time, and the **GPU bucket table**, which builds the
+# table of notebook 03 on the GPU, with no host round trip, instead of on the host. Then tie the skew of the ids
 # to measured time.
 #
 # 0. Setup · 1. What was slow · 2. Units: a token cut into chunks · 3. The chunked kernel, per thread and in
-# CUDA · 4. Same bits every run, a different order than bucketed · 5. The GPU bucketing kernel ·
-# 6. What bucketing costs, phase by phase · 7. Skew against measured time
+# CUDA · 4. Same bits every run, a different order than bucketed · 5. The GPU bucket table ·
+# 6. What the table costs, phase by phase · 7. Skew against measured time
 
 # %%
 # 0. Setup: make `import gpt2enc_edu` work. Installed: nothing to do. In a checkout: put it on sys.path.
@@ -57,7 +57,7 @@ import inspect
 import numpy as np
 from IPython.display import Markdown, display
 
-from gpt2enc_edu import bench, compare, layout, mirror_bucketing, reference, tokens
+from gpt2enc_edu import bench, compare, layout, mirror_bucketing, mirror_bucketing_scatter, reference, tokens
 from gpt2enc_edu.backend import to_numpy
 from gpt2enc_edu.course import measured, perthread, plots, timing_plots
 from gpt2enc_edu.loader import kernel_source
@@ -197,54 +197,68 @@ print(f"chunked vs bucketed: {np.count_nonzero(ulps):,} of {chunked.size:,} elem
 del p, results, cpu, ref, bound, chunked, bucketed, ulps
 
 # %% [markdown]
-# ## 5. The GPU bucketing kernel
+# ## 5. The GPU bucket table
 #
 # The table itself is a sort: positions grouped by token, tokens by count descending, ties by id. llm.c does
-# it on the host with a hash map and `std::sort`; the package's NumPy route with NumPy sorts. On the GPU, the
-# package builds the **same table, bit for bit,** without a hash map and without a general sort library:
-# counting and **stable radix sorts**.
+# it on the host with a hash map and `std::sort`; the package's NumPy route with NumPy sorts. On the GPU the
+# package builds the **same table, bit for bit,** with no host round trip. Up to 65,536 ids (B = 64 at
+# T = 1024) it takes the **scatter route** (`kernels/bucketing_scatter.cu`), which needs no sort of the
+# positions and no grid-wide barrier, because of two facts about this particular table:
 #
-# * **B·T above 8192 ids: `bucketing_kernel`** (`kernels/bucketing.cu`), one cooperative launch, phases:
-#   clear; count each token (integer atomics: order-free); mark which counts occur; give each distinct count
-#   a class (a scan); sort tokens by class, stably (so ties keep id order); ranks and starts (two scans);
-#   sort positions by their token's rank, stably (so each token's positions stay in `bt` order); write
-#   `info`, `units`, `bt_list`.
-# * **B·T up to 8192 ids: `bucketing_small_kernel`** (`kernels/bucketing_small.cu`), one block of 1024
-#   threads sorting in shared memory: sort positions by id; find the distinct tokens; sort them by count;
-#   starts, buckets, units; `bt_list`.
+# * **Most tokens are seen at most 32 times.** Give each such count its own *class*. The bucket order puts
+#   the few *big* tokens (seen more often) first, then the classes 32, 31, …, 1, ids ascending inside a class.
+#   All tokens of a class have the same count, so a token's start in `bt_list` is arithmetic: the class's
+#   first slot + (its place in the class) × count. Its place in the class is a count of same-class tokens
+#   with smaller ids: per tile of 1024 tokens, one warp ballot (`__match_any_sync`) and a scan over 32
+#   warps. The big tokens (at most B·T / 33 of them) are ranked by one block comparing (count, id) keys.
+# * **Inside a token, `bt_list` must be ascending, and that is a small sort.** Every position goes into its
+#   token's range at whatever slot an integer atomic hands out; then each range is sorted on its own: a warp
+#   sorts a small token's ≤ 32 positions (each lane counts the positions smaller than its own), a block sorts
+#   a big token's by setting one bit per position in a bitmap of all B·T positions and reading the set bits
+#   out in order.
 #
-# **Why one cooperative launch.** Every phase needs the whole result of the one before (a scan over all
-# counts, a sort over all positions). As separate kernels that is about twenty launches, each paying launch
-# latency, and general library sort calls bring fixed overheads of their own. A *cooperative*
-# launch guarantees that every block of the grid is resident at once, which makes a grid-wide barrier
-# (`grid.sync()`) legal: the phases run back to back inside one kernel. The grid is kept to part of the
-# SMs (`gpu_buckets.COOPERATIVE_MAX_BLOCKS`), so the wpe kernel, launched beside it on a second stream, has
-# the rest of the GPU. For small batches even the
-# grid barriers cost more than the work, so one block does it all with `__syncthreads()`.
+# Six short kernels after a memset: count, classify, class bases (and big tokens), rows of small tokens,
+# scatter positions, sort each range. The package replays them as one CUDA graph (the ids are first copied
+# into the graph's own buffer), so the host pays for two calls instead of seven launches.
+#
+# Above 65,536 ids the package takes the **cooperative kernel** (`kernels/bucketing.cu`): the same table from
+# two stable radix sorts (tokens by count class, positions by their token's rank) in one cooperative launch,
+# whose phases are separated by about twenty grid-wide barriers (`grid.sync()`, legal because a cooperative
+# launch keeps every block resident). The one-block kernel `bucketing_small.cu` (a shared-memory radix sort)
+# is kept by name (`gpu_buckets.build_bucket_table_gpu(..., route="small")`).
 #
 # **No host sync.** The table's size stays on the GPU (`counters`); the wte kernel is launched for an upper
 # bound of buckets or units and reads the real count itself. The host never waits.
 #
-# The NumPy twin of the cooperative kernel, phase by phase (`gpt2enc_edu.mirror_bucketing`), builds the same
-# table as `make_buckets`; on a GPU, the kernel does too:
+# What the classes look like for the B = 8 real-text batch of this notebook, and the NumPy twins (kernel by
+# kernel: `gpt2enc_edu.mirror_bucketing_scatter`; phase by phase: `gpt2enc_edu.mirror_bucketing`) against
+# `make_buckets`; on a GPU, the default route too:
 
 # %%
 # NBVAL_CHECK_OUTPUT
 V = tokens.GPT2_VOCAB_SIZE
-twin = mirror_bucketing.bucketing_kernel(ids, C, enc.bfloat16, V, num_blocks=4)
-same = all(np.array_equal(getattr(twin, f), getattr(table, f)) for f in ("info", "bt_list", "units"))
-print("phase-by-phase twin == make_buckets:", same)
+counts = np.bincount(ids.ravel(), minlength=V)
+big = counts > layout.CHUNK_ITEMS
+print(f"{int((counts > 0).sum())} distinct tokens: {int(big.sum())} big ones ({int(counts[big].sum())} of the "
+      f"{ids.size} positions), the rest in classes 1..32 by count:")
+print("  tokens per class:", {c: int((counts == c).sum()) for c in (1, 2, 3, 4, 8, 16, 32)}, "...")
+for name, twin in (("scatter route", mirror_bucketing_scatter.bucketing_scatter(ids, C, enc.bfloat16, V)),
+                   ("cooperative kernel", mirror_bucketing.bucketing_kernel(ids, C, enc.bfloat16, V, num_blocks=4))):
+    print(f"twin of the {name} == make_buckets:",
+          all(np.array_equal(getattr(twin, f), getattr(table, f)) for f in ("info", "bt_list", "units")))
 device_table = enc.make_buckets(xp.asarray(ids), C, enc.bfloat16, V=V)
 host_copy = device_table.to_host() if xp is not np else device_table
 print("make_buckets on this backend == make_buckets with NumPy:",
       all(np.array_equal(getattr(host_copy, f), getattr(table, f)) for f in ("info", "bt_list", "units")))
+del counts, big
 
 # %% [markdown]
-# ## 6. What bucketing costs, phase by phase
+# ## 6. What the table costs, phase by phase
 #
-# `gpu_buckets.phase_times_us` runs the kernel stopped after phase 1, 2, … and takes the differences ("launch"
-# is a run that returns at once). On a GPU the cell measures now; on a CPU it draws the numbers committed from
-# a run on the project's H200 (`docs/walkthrough/bucketing_phases.json`). The title says which.
+# `gpu_buckets.phase_times_us` runs a route stopped after step 1, 2, … and takes the differences (for the
+# cooperative kernel "launch" is a run that returns at once; each step of the scatter route is a launch of its
+# own). On a GPU the cell measures now; on a CPU it draws the numbers committed from a run on the project's
+# H200 (`docs/walkthrough/bucketing_phases.json`). The title says which.
 
 # %%
 phases = measured.bucketing_phases(xp)
@@ -252,13 +266,16 @@ print(phases["source"] if phases else "no GPU here and no committed numbers in d
 fig = timing_plots.bucketing_phases(phases)
 
 # %% [markdown]
-# *Figure: the bucketing kernel's time split by phase, at B = 1 (one-block kernel) and B = 64 (cooperative
-# kernel), with the whole kernel in grey.*
+# *Figure: the GPU bucket table's time split by phase: the scatter route at B = 1 and B = 64, and the
+# cooperative kernel at B = 64, each with its whole time in grey.*
 #
-# At **B = 1** there are 1024 ids, 4 KB: no phase is limited by bandwidth. The cost is a chain of dependent
-# steps (radix passes, scans), each waiting for the one before: latency, a few microseconds per phase and
-# some tens of microseconds at most in all. At **B = 64** (65,536 ids) the two stable sorts and the scans
-# take most of it, still tens of microseconds, against milliseconds for the host route (notebook 05).
+# At **B = 1** there are 1024 ids, 4 KB: no step is limited by bandwidth. Each of the scatter route's kernels
+# costs one to four microseconds, most of it the latency of a launch and of a few dependent loads. At
+# **B = 64** (65,536 ids) the cooperative kernel spends most of its time in the two stable sorts and the scans,
+# each a chain of grid-wide barriers; the scatter route does the same job in about half the time: its
+# largest steps are the per-token sorts and the atomics of the counting and scattering kernels, none of them
+# waits for the whole grid. Either is tens of microseconds, against milliseconds for the host route
+# (notebook 05).
 #
 # ## 7. Skew against measured time
 #
@@ -305,6 +322,6 @@ for kind in tokens.KINDS:
 # lies above the others, because one block sums the top token's thousands of positions in a few hundred
 # rounds while the rest of the GPU waits. With the **chunked** kernel the kinds of ids come together: no
 # warp sums more than 32 positions, so the skewed batches cost about what the uniform one does. At small B
-# every line flattens: there the fixed costs (kernel launches, the bucketing kernel's chain of phases of
+# every line flattens: there the fixed costs (kernel launches, the bucket table's chain of short steps of
 # section 6) dominate, not the bytes moved, which is also why no kernel gets near its memory floor there
 # (notebook 05).

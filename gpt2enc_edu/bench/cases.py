@@ -161,7 +161,7 @@ def case_wpe_kernel(w: Workload) -> Timed:
 
 
 def case_gpu_buckets(w: Workload) -> Timed:
-    """The GPU bucket table alone (one kernel), as ``encoder_backward(bucketing="gpu")`` launches it."""
+    """The GPU bucket table alone, by the route ``encoder_backward(bucketing="gpu")`` takes (``gpu_buckets``)."""
     w.check_ids()
     return Timed(lambda: gpu_buckets.build_bucket_table_gpu(w.inp, w.C, bfloat16, w.V), w.stream)
 
@@ -243,7 +243,7 @@ CASES = (
     Case("make_buckets", "make_buckets alone (NumPy, host)", "host", None, None),
     Case("forward_kernel", "forward kernel alone", "piece", "forward", case_forward_kernel),
     Case("wpe_kernel", "wpe kernel alone", "piece", "backward_wpe", case_wpe_kernel),
-    Case("gpu_buckets", "GPU bucket table alone (one kernel)", "piece", None, case_gpu_buckets),
+    Case("gpu_buckets", "GPU bucket table alone", "piece", None, case_gpu_buckets),
     Case("wte_bucketed_kernel", "wte kernel alone, bucketed (table ready)", "piece", "backward_wte",
          case_wte_bucketed_kernel),
     Case("wte_chunked_kernel", "wte kernel alone, chunked (table ready)", "piece", "backward_wte",
