@@ -38,7 +38,14 @@
 // (On an H200, B=64, uniform / Zipf / real ids: one warp per unit walking all 3 groups at 3 blocks per SM
 // took 88 / 73 / 58 us; one warp per group at 6 blocks per SM 81 / 77 / 58 us, at 8 blocks 77 / 76 / 57 us.
 // At B=8: 24 / 37 / 34 us before, 21 / 30 / 29 us after. scripts/perf_probe.py, docs/performance.md.)
+// An SM holds 2048 threads from sm_80 on (1536 on sm_86/87/89, 1024 on sm_75): ask for what fits.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 750
+#define CHUNKED_MIN_BLOCKS 4
+#elif defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890)
+#define CHUNKED_MIN_BLOCKS 6
+#else
 #define CHUNKED_MIN_BLOCKS 8
+#endif
 #define COMBINE_THREADS 128
 #define COMBINE_UNROLL 16
 
