@@ -11,7 +11,8 @@
 #    (docs/walkthrough/).
 # 3. (alone) every notebook executed in place, so the stored outputs come from this GPU in one run.
 # Each step's log goes to LOG_DIR; summary.txt collects the verdict lines. Exit status: non-zero if any step failed.
-# Environment: PY (default python3), PHASE_TIMEOUT (seconds per step of phase 1, default 300).
+# Environment: PY (default python3), PHASE_TIMEOUT (seconds per step of phase 1, default 300), PHASES (which of
+# 1, 2, 3 to run, default 123: a lease too short for all of them can take 1, then 23, in two calls).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
@@ -23,7 +24,10 @@ status=0
 note() { echo "$*" | tee -a "$summary"; }
 export PYTHONUNBUFFERED=1
 
+PHASES=${PHASES:-123}
+
 # 1. tests, sanitizer, nbval side by side
+if [[ $PHASES == *1* ]]; then
 (
   for f in tests/test_*.py; do
     name=$(basename "$f" .py)
@@ -51,14 +55,18 @@ done
 for tool in memcheck racecheck synccheck initcheck; do note "$(grep -E "^$tool:" "$LOG/sanitize-$tool.txt" || echo "$tool: did not finish (see sanitize-$tool.txt)")"; done
 wait $nbval_pid || status=1
 note "nbval on the GPU: $(tail -n 1 "$LOG/nbval_gpu.log")"
+fi
 
 # 2. timings, alone on the GPU
+if [[ $PHASES == *2* ]]; then
 "$PY" -m gpt2enc_edu.bench --no-progress --out docs/bench --readme README.md >"$LOG/bench.log" 2>&1 || status=1
 note "bench: rc=$? $(tail -n 1 "$LOG/bench.log")"
 "$PY" -m gpt2enc_edu.course.measured --out docs/walkthrough >"$LOG/measured.log" 2>&1 || status=1
 note "walkthrough numbers: $(tail -n 1 "$LOG/measured.log")"
+fi
 
 # 3. the stored notebook outputs
+if [[ $PHASES == *3* ]]; then
 for nb in notebooks/[0-9]*.ipynb; do
   "$PY" -m jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=600 "$nb" \
     >"$LOG/execute-$(basename "$nb" .ipynb).log" 2>&1
@@ -67,4 +75,5 @@ for nb in notebooks/[0-9]*.ipynb; do
   note "executed $nb: rc=$rc"
 done
 "$PY" scripts/check_notebooks.py --fix >/dev/null 2>&1
+fi
 exit $status
