@@ -114,8 +114,8 @@ def encoder_backward_deterministic_gpu_bucketing(dwte, dwpe, dout, inp, B: int, 
                                                  seed: int, *, chunked: bool) -> None:
     """wpe kernel and GPU bucketing side by side, then the wte kernel: no host round trip, no host sync.
 
-    The bucketing kernel uses one block per SM and spends most of its time in grid-wide barriers, while
-    the wpe kernel streams dout: on two streams they may overlap. Events order everything without the host:
+    The table is a chain of short, latency-bound steps, while the wpe kernel streams dout: on two streams they
+    overlap (the table's stream has the higher priority). Events order everything without the host:
     the side stream starts after all work already queued on the caller's stream (the ids are ready, and
     the previous call's wte kernel is done with the reused table buffers), and the wte kernel waits for
     the table.

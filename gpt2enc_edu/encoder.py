@@ -103,9 +103,9 @@ def encoder_backward(dwte, dwpe, dout, inp, *, seed, method: str = "chunked", bu
         ``"atomic_bf16"`` atomicAdd on bf16 itself (nondeterministic and lossy; bf16 only).
         The deterministic methods round bf16 stochastically, keyed by ``seed`` and the element.
     bucketing : where the bucket table of a deterministic method is built: ``"cpu"`` (NumPy; for CuPy
-        arrays this copies the ids to the host and the table back, as llm.c does), ``"gpu"`` (one kernel,
-        no host round trip; CuPy arrays only), or ``"auto"`` (``"gpu"`` for CuPy arrays, ``"cpu"`` for
-        NumPy). Both give the same table, hence the same bits.
+        arrays this copies the ids to the host and the table back, as llm.c does), ``"gpu"`` (built on
+        the GPU with no host round trip, by ``gpu_buckets.bucketing_route``'s route; CuPy arrays only), or
+        ``"auto"`` (``"gpu"`` for CuPy arrays, ``"cpu"`` for NumPy). Both give the same table, hence the same bits.
     check_ids : verify ``0 <= inp < V`` first (on the GPU: a reduction and a sync). With ``False``,
         out-of-range ids are undefined behaviour, as in llm.c.
 

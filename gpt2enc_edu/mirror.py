@@ -13,7 +13,9 @@ loops here, so the order of every sum is the kernel's order.
   kernels of the same names, with the same flat fp32 ``partials`` layout; ``encoder_backward_wte_chunked``
   runs the pair as the launcher does
 * ``encoder_backward_atomic`` <-> ``encoder_backward_atomic_fp32_kernel`` / ``..._bf16_kernel``
-* the bucket table's kernel, ``bucketing_kernel``, has its phase-by-phase twin in ``mirror_bucketing.py``
+* the bucket table's kernels have their twins: the scatter route (``bucketing_scatter.cu``, six kernels) in
+  ``mirror_bucketing_scatter.py``, the cooperative ``bucketing_kernel`` phase by phase in ``mirror_bucketing.py``,
+  the one-block ``bucketing_small_kernel`` in ``mirror_bucketing_small.py``
 
 Deterministic kernels (forward, wpe backward, bucketed and chunked wte backward) therefore give the GPU's
 bits exactly. The atomic kernels' order is decided by the hardware at run time; their mirror draws a fresh

@@ -36,7 +36,11 @@ B, T, C, V, MAXT = 2, 4, 32, 7, 6
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 #: np.matrix is drawn on purpose (it must be refused); NumPy's advice against it is not news here.
-pytestmark = pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning"),
+    # np.timedelta64(5) (the generic unit) is passed on purpose, as a seed or size that must be refused
+    pytest.mark.filterwarnings("ignore:The 'generic' unit for NumPy timedelta:DeprecationWarning"),
+]
 BACKWARD_ARRAYS = ("dwte", "dwpe", "dout", "inp")
 FORWARD_ARRAYS = ("inp", "wte", "wpe", "out")
 OUTPUTS = {"dwte", "dwpe", "out"}
@@ -122,7 +126,9 @@ def _spoil_array(draw, xp, arrays: dict, name: str) -> tuple[object, type, tuple
             bad = draw(st.sampled_from([np.float32, np.float64, np.int64, np.uint32, np.int16]))
         else:
             bad = draw(st.sampled_from([np.float16, np.float64, np.int32, np.uint16]))
-        return xp.asarray(_host_copy(value).astype(bad)), TypeError, (name,), {}
+        with np.errstate(over="ignore", invalid="ignore"):  # the values do not matter, only the wrong dtype
+            spoiled = _host_copy(value).astype(bad)
+        return xp.asarray(spoiled), TypeError, (name,), {}
     if kind == "ndim":
         shaped = value.reshape(-1) if draw(st.booleans()) or value.ndim == 3 else value.reshape(value.shape + (1,))
         return shaped, ValueError, (name,), {}
