@@ -30,6 +30,8 @@
 //        (inp, BT, counts, token_starts, bt_list)
 //   6. scatter_sort_kernel        grid big_blocks + CEIL_DIV(min(V, BT), SCATTER_WARPS), block SCATTER_THREADS
 //        (bt_list, bucket_info, num_c_groups, big_unit_starts, class_bases, units, counters, BT, big_blocks)
+//   big_blocks: the blocks of kernel 6 that sort big tokens (the package: min(BT / 33 + 1, 2 per SM)); the
+//   kernel's other warps take one small token each. Kernel 3 keeps all big keys in shared memory (32 KB).
 // Workspace: counts[V], tile_totals[CEIL_DIV(V, 1024) * CHUNK_ITEMS], big_list and big_sorted and
 // big_unit_starts[BT / (CHUNK_ITEMS + 1) + 1], class_bases[3 * CHUNK_ITEMS], token_starts[V].
 // Requires 1 <= BT <= SCATTER_MAX_BT (the bitmap is static shared memory); any V. counters as in bucketing.cu,
