@@ -63,6 +63,8 @@ def main() -> int:
     parser.add_argument("--batches", default="1,8,64")
     parser.add_argument("--kinds", default="uniform,zipf,real")
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--overlap-only", action="store_true",
+                        help="only the overlap measurement: table and wpe kernel alone, side by side, and end to end")
     args = parser.parse_args()
     import cupy as cp
 
@@ -138,6 +140,28 @@ def main() -> int:
                 f"auto route {auto_route(B * T, V)}",
                 flush=True,
             )
+            # ---------------- overlap: the table and the wpe kernel alone, then side by side as the backward runs them
+            side, side_done = cp.cuda.Stream(non_blocking=True, priority=cuda.HIGHEST_STREAM_PRIORITY), cp.cuda.Event()
+            start_side = cp.cuda.Event()
+
+            def table_beside_wpe():
+                start_side.record(stream)
+                side.wait_event(start_side)
+                with side:
+                    gpu_buckets.build_bucket_table_gpu(g.inp, C, enc.bfloat16, V)
+                    side_done.record(side)
+                cuda.encoder_backward_wpe(g.dwpe, g.dout, B, T, C, 5)
+                stream.wait_event(side_done)
+
+            record(B, kind, "overlap: table alone", t_us(lambda: gpu_buckets.build_bucket_table_gpu(
+                g.inp, C, enc.bfloat16, V)))
+            record(B, kind, "overlap: wpe kernel alone", t_us(lambda: cuda.encoder_backward_wpe(
+                g.dwpe, g.dout, B, T, C, 5)))
+            record(B, kind, "overlap: table beside the wpe kernel", t_us(table_beside_wpe))
+            record(B, kind, "overlap: chunked backward end to end", t_us(lambda: enc.encoder_backward(
+                g.dwte, g.dwpe, g.dout, g.inp, seed=5, method="chunked", bucketing="gpu", check_ids=False)))
+            if args.overlap_only:
+                continue
             # ---------------- the table, route by route
             for route in routes_for(B * T):
                 with stream:
