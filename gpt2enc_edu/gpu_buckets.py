@@ -297,7 +297,9 @@ def _launch(inp, C: int, dtype, V: int, stop_after: int = 0, route: str | None =
     BT = int(inp.size)
     groups = num_c_groups(C, dtype)
     route = _check_route(route, BT, V)
-    key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, BT, V, groups, route)
+    # One workspace per dtype too: the scatter route's graph holds the kernels compiled for one dtype, and a
+    # capture must not be the first call to compile and load another dtype's.
+    key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, BT, V, groups, route, dtype_name(dtype))
     ws = _workspaces.get(key)
     if ws is None:
         grid = _grid_size(cupy, BT, V) if route == "cooperative" else 1

@@ -189,3 +189,23 @@ def test_gpu_scatter_route_replays_its_graph_with_new_ids(B, V):
                 assert ws.graph is not None  # the later calls did replay a graph
     finally:
         gpu_buckets.release_workspaces()
+
+
+@pytest.mark.gpu
+def test_gpu_scatter_route_one_graph_per_dtype():
+    """bf16 with C=256 and fp32 with C=128 both have one channel group: the same sizes, two workspaces (a graph
+    holds one dtype's kernels). Each call's table is right, the fp32 ones after the bf16 graph exists too."""
+    import cupy
+
+    from gpt2enc_edu import gpu_buckets
+
+    rng = np.random.default_rng(5)
+    gpu_buckets.release_workspaces()
+    try:
+        for dtype, C in ((bfloat16, 256), (bfloat16, 256), (np.float32, 128), (np.float32, 128), (np.float32, 128)):
+            inp = _ids("zipf", 2, 500, 700, rng)
+            got = gpu_buckets.build_bucket_table_gpu(cupy.asarray(inp), C, dtype, 700).to_host()
+            assert _same_table(got, buckets.build_bucket_table(inp, C, dtype))
+        assert len(gpu_buckets._workspaces) == 2
+    finally:
+        gpu_buckets.release_workspaces()
