@@ -72,10 +72,11 @@ def _batch_axis(ax, rows) -> None:
     ax.set_xlabel("batch size B (T=1024)")
 
 
-def _title(meta) -> str:
+def _title(text: str, meta) -> str:
+    """A figure's title, followed by the run's device and date when the results carry them."""
     if not meta:
-        return ""
-    return f"{meta.get('device', '?')}, {str(meta.get('date', '?'))[:10]}"
+        return text
+    return f"{text}  ({meta.get('device', '?')}, {str(meta.get('date', '?'))[:10]})"
 
 
 def plot_times(rows, *, fig=None, meta=None, floors: bool = True):
@@ -110,7 +111,7 @@ def plot_times(rows, *, fig=None, meta=None, floors: bool = True):
     axes[0].set_ylabel("time per call (us), median")
     _legend(fig, axes)
     title = "GPT-2 encoder: time vs batch size"
-    fig.suptitle(f"{title}  ({_title(meta)})" if meta else title)
+    fig.suptitle(_title(title, meta))
     return fig
 
 
@@ -132,7 +133,7 @@ def plot_percent_of_floor(rows, *, fig=None, meta=None):
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("% of floor (higher is better)")
     _legend(fig, axes)
-    fig.suptitle(f"Percent of the memory floor  ({_title(meta)})" if meta else "Percent of the memory floor")
+    fig.suptitle(_title("Percent of the memory floor", meta))
     return fig
 
 
@@ -162,8 +163,7 @@ def plot_roofline(rows, *, fig=None, meta=None):
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("achieved GB/s = minimal bytes / time")
     _legend(fig, axes)
-    fig.suptitle(f"Achieved bandwidth against the copy rate  ({_title(meta)})" if meta
-                 else "Achieved bandwidth against the copy rate")
+    fig.suptitle(_title("Achieved bandwidth against the copy rate", meta))
     return fig
 
 
@@ -207,8 +207,7 @@ def plot_breakdown(rows, *, fig=None, meta=None):
         ax.grid(True, axis="y", alpha=0.3)
     axes[0].set_ylabel("time (us), median of each piece alone")
     _legend(fig, axes)
-    fig.suptitle(f"Deterministic backward, kernel by kernel  ({_title(meta)})" if meta
-                 else "Deterministic backward, kernel by kernel")
+    fig.suptitle(_title("Deterministic backward, kernel by kernel", meta))
     return fig
 
 
