@@ -3,12 +3,12 @@
 ``build_bucket_table_gpu(inp, C, dtype, V)`` writes the same table as ``buckets.build_bucket_table`` (NumPy)
 into device buffers, by one of three routes (``ROUTES``; ``bucketing_route`` says which one it takes):
 
+* ``"small"`` (B*T <= ``SMALL_MAX_BT`` = 1024 ids, V <= ``SMALL_MAX_V``): ``bucketing_small_kernel``
+  (``kernels/bucketing_small.cu``), one block, one launch, two bitonic sorts of one key per thread;
 * ``"scatter"`` (B*T <= ``SCATTER_MAX_BT`` ids): six short kernels of ``kernels/bucketing_scatter.cu``, no sort
   of the positions and no grid-wide barrier;
 * ``"cooperative"`` (larger batches): one cooperative ``bucketing_kernel`` (``kernels/bucketing.cu``), one block
-  per SM at most, two radix sorts separated by grid barriers;
-* ``"small"`` (B*T <= ``SMALL_MAX_BT``, V <= 65536, by request): ``bucketing_small_kernel``
-  (``kernels/bucketing_small.cu``), one block that sorts in shared memory.
+  per SM at most, two radix sorts separated by grid barriers.
 
 ``phase_times_us`` measures what each phase of a route costs. The host cannot know the table's exact size
 without waiting for the GPU, so a ``DeviceBucketTable`` carries upper bounds (``max_buckets``,
@@ -46,7 +46,6 @@ from .layout import (
     dtype_name,
     num_c_groups,
     scatter_max_big,
-    small_bucketing_smem_bytes,
 )
 from .loader import cupy_module, get_kernel, launch
 from .validate import check_choice
@@ -184,16 +183,22 @@ def _grid_size(cupy, BT: int, V: int) -> int:
 
 
 def small_kernel_fits(BT: int, V: int) -> bool:
-    """Whether the one-block kernel can bucket BT ids of a vocabulary of V on the current device."""
-    if BT > SMALL_MAX_BT or V > SMALL_MAX_V:
-        return False
-    cupy = cupy_module()
-    return small_bucketing_smem_bytes(BT) <= cupy.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"]
+    """Whether the one-block kernel takes BT ids of a vocabulary of V (one id per thread, id and position in
+    32 bits; its 36 KB of static shared memory fit every supported GPU)."""
+    return BT <= SMALL_MAX_BT and V <= SMALL_MAX_V
+
+
+def routes_for(BT: int, V: int) -> tuple[str, ...]:
+    """Every route that can build the table of BT ids of a vocabulary of V (``_check_route`` accepts them)."""
+    return tuple(route for route, fits in (("small", small_kernel_fits(BT, V)), ("scatter", BT <= SCATTER_MAX_BT),
+                                            ("cooperative", True)) if fits)
 
 
 def bucketing_route(BT: int, V: int) -> str:
-    """The route ``build_bucket_table_gpu`` takes by itself for BT ids of a vocabulary of V (see ``ROUTES``)."""
-    return "scatter" if BT <= SCATTER_MAX_BT else "cooperative"
+    """The route ``build_bucket_table_gpu`` takes by itself for BT ids of a vocabulary of V (see ``ROUTES``):
+    the first of ``routes_for``, the fastest where it fits (one launch for one sequence, then the scatter route's
+    seven short steps, then the cooperative kernel)."""
+    return routes_for(BT, V)[0]
 
 
 def _check_route(route, BT: int, V: int) -> str:
@@ -201,28 +206,11 @@ def _check_route(route, BT: int, V: int) -> str:
         return bucketing_route(BT, V)
     route = check_choice("route", route, ROUTES)
     if route == "small" and not small_kernel_fits(BT, V):
-        raise ValueError(f"route='small' takes at most {SMALL_MAX_BT} ids of a vocabulary of at most {SMALL_MAX_V} "
-                         f"(and its shared memory must fit the device), not {BT} ids of {V}")
+        raise ValueError(f"route='small' takes at most {SMALL_MAX_BT} ids of a vocabulary of at most {SMALL_MAX_V}, "
+                         f"not {BT} ids of {V}")
     if route == "scatter" and BT > SCATTER_MAX_BT:
         raise ValueError(f"route='scatter' takes at most {SCATTER_MAX_BT} ids, not {BT}")
     return route
-
-
-_smem_allowed: dict = {}
-
-
-def _small_kernel(dtype, smem: int):
-    """``bucketing_small_kernel``, allowed ``smem`` bytes of dynamic shared memory (above 48 KiB needs that)."""
-    cupy = cupy_module()
-    kernel = get_kernel("bucketing_small.cu", "bucketing_small_kernel", dtype)
-    # The limit belongs to the compiled function (one per device and dtype), not to the Python object that
-    # get_kernel hands out (a new one per call), and it is only ever raised: a smaller batch after a larger one
-    # must not lower it under what the larger one needs next time.
-    key = (cupy.cuda.Device().id, dtype_name(dtype))
-    if smem > _smem_allowed.get(key, 48 * 1024):
-        kernel.max_dynamic_shared_size_bytes = smem  # cudaFuncSetAttribute(MaxDynamicSharedMemorySize)
-        _smem_allowed[key] = smem
-    return kernel
 
 
 def _launch_scatter(cupy, inp, BT: int, V: int, groups: int, dtype, ws, stop_after: int) -> None:
@@ -309,10 +297,8 @@ def _launch(inp, C: int, dtype, V: int, stop_after: int = 0, route: str | None =
     elif route == "scatter":
         _launch_scatter(cupy, inp, BT, V, groups, dtype, ws, stop_after)
     elif route == "small":
-        smem = small_bucketing_smem_bytes(BT)
-        launch(_small_kernel(dtype, smem), 1, SMALL_THREADS,
-               (inp, np.int32(BT), np.int32(V), np.int32(groups), ws.info, ws.units, ws.bt_list, ws.counters,
-                np.int32(stop_after)), shared_mem=smem)
+        launch(get_kernel("bucketing_small.cu", "bucketing_small_kernel", dtype), 1, SMALL_THREADS,
+               (inp, np.int32(BT), np.int32(groups), ws.info, ws.units, ws.bt_list, ws.counters, np.int32(stop_after)))
     else:
         launch(get_kernel("bucketing.cu", "bucketing_kernel", dtype), ws.grid, BUCKETING_THREADS,
                (inp, np.int32(BT), np.int32(V), np.int32(groups), ws.counts, ws.presence, ws.keys0, ws.vals0,

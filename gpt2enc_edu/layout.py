@@ -100,18 +100,12 @@ def scatter_max_big(BT: int) -> int:
     """Most big tokens (seen more than ``CHUNK_ITEMS`` times) that BT ids can hold: the big-token lists' size."""
     return BT // (CHUNK_ITEMS + 1) + 1
 
-#: The one-block bucketing kernel of small batches (``kernels/bucketing_small.cu``): its block, the most ids it
-#: sorts (``SMALL_MAX_BT``), the largest vocabulary its 16-bit ids allow, and its count table (``SMALL_CNT``).
+#: The one-block bucketing kernel of one sequence (``kernels/bucketing_small.cu``): its block, the most ids it
+#: sorts (one per thread, ``SMALL_MAX_BT``) and the largest vocabulary whose ids fit its 32-bit keys beside a
+#: 10-bit position (``SMALL_MAX_V``).
 SMALL_THREADS = 1024
-SMALL_MAX_BT = 8192
-SMALL_MAX_V = 65536
-SMALL_CNT = 4096
-
-
-def small_bucketing_smem_bytes(BT: int) -> int:
-    """Dynamic shared memory of ``bucketing_small_kernel`` for BT ids (its header gives the layout)."""
-    n_pad = ceil_div(BT, SMALL_THREADS) * SMALL_THREADS
-    return 4 * (6 * n_pad + 1 + SMALL_CNT + 64)
+SMALL_MAX_BT = 1024
+SMALL_MAX_V = 1 << 22
 
 
 #: Batch rows per thread of the fp32 atomic backward's rows kernel (``ATOMIC_ROWS`` in encoder_backward_atomic.cu).

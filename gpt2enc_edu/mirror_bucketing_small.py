@@ -1,14 +1,13 @@
-"""Phase-by-phase NumPy twin of ``kernels/bucketing_small.cu``: the one-block bucket table of small batches.
+"""Phase-by-phase NumPy twin of ``kernels/bucketing_small.cu``: the one-block bucket table of one sequence.
 
-Read it beside the kernel. Each function is one phase (the stretch between two ``__syncthreads`` that
-``stop_after`` can end on) and keeps the kernel's data layout: the keys in shared memory, padded to whole
-tiles of ``SMALL_THREADS``; the count table of a radix pass in (digit, tile, warp) order; the blocked
-arrangement of the scans (thread i owns items ``i * items ...``). Threads are vectorised with ``np.arange``.
+Read it beside the kernel. Each function is one phase (the stretch that ``stop_after`` can end on) and keeps
+the kernel's data layout: one key per thread, the thread index ``i`` vectorised with ``np.arange``.
 
-1. ``sort_positions``: keys ``(id << POS_BITS) | bt`` sorted by their id bits, 4 bits per ``sort_pass``.
-2. ``find_segments``: one segment per distinct token; its first slot; the largest count.
-3. ``sort_tokens``: keys ``((max_count - count) << POS_BITS) | segment`` sorted by their count bits.
-4. ``write_buckets``: each rank's start in ``bt_list`` and first unit (scans), then its buckets and units.
+1. ``sort_positions``: keys ``(id << POS_BITS) | bt`` sorted by ``block_bitonic_sort``.
+2. ``find_segments``: one segment per distinct token; its first slot; each slot's segment.
+3. ``sort_tokens``: keys ``((SMALL_THREADS - count) << POS_BITS) | segment``, sorted the same way.
+4. ``write_buckets``: each rank's start in ``bt_list`` and first unit (one scan of two packed fields), then
+   its buckets and units.
 5. ``write_bt_list``: every sorted slot to its token's new start plus its place in the segment.
 
 ``bucketing_small_kernel(inp, C, dtype, V)`` runs them and returns the ``BucketTable``, which equals
@@ -20,109 +19,99 @@ from __future__ import annotations
 import numpy as np
 
 from .buckets import BucketTable
-from .layout import CHUNK_ITEMS, SMALL_MAX_BT, SMALL_MAX_V, SMALL_THREADS, WARP_SIZE, ceil_div, num_c_groups
+from .layout import CHUNK_ITEMS, SMALL_MAX_BT, SMALL_MAX_V, SMALL_THREADS, ceil_div, num_c_groups
 
-#: ``SMALL_POS_BITS``, ``SMALL_DIGIT_BITS``, ``SMALL_MAX_ITEMS`` of the kernel.
-POS_BITS = 13
-DIGIT_BITS = 4
-MAX_ITEMS = SMALL_MAX_BT // SMALL_THREADS
+#: ``SMALL_POS_BITS``, ``SMALL_FIELD_BITS`` and ``SMALL_NO_KEY`` of the kernel.
+POS_BITS = 10
+POS_MASK = np.uint32((1 << POS_BITS) - 1)
+FIELD_BITS = 16
 NO_KEY = np.uint32(0xFFFFFFFF)
-WARPS = SMALL_THREADS // WARP_SIZE
 
 
-def bits_for(max_value: int) -> int:
-    """``bits_for``: bits needed to write 0 .. max_value (``32 - __clz``)."""
-    return int(max_value).bit_length()
+def network_size(n: int) -> int:
+    """``network_size``: the smallest power of two >= n."""
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
-def sort_pass(keys: np.ndarray, items: int, shift: int) -> np.ndarray:
-    """One stable pass by the digit ``(key >> shift) & 15``: thread t holds keys t, t + 1024, ... (tile i)."""
-    n = items * SMALL_THREADS
-    key = keys[:n]
-    digit = ((key >> np.uint32(shift)) & np.uint32((1 << DIGIT_BITS) - 1)).astype(np.int64)
-    element = np.arange(n)
-    tile, thread = np.divmod(element, SMALL_THREADS)
-    warp = thread // WARP_SIZE
-    # Rank among the lanes of the same warp and tile with the same digit (the ballots' popcount).
-    same = digit.reshape(-1, WARP_SIZE)[:, :, None] == digit.reshape(-1, WARP_SIZE)[:, None, :]
-    earlier = np.tril(np.ones((WARP_SIZE, WARP_SIZE), dtype=bool), -1)  # [lane, other lane < lane]
-    rank = (same & earlier).sum(axis=2).reshape(-1)
-    # cnt[(digit * MAX_ITEMS + tile) * WARPS + warp], then its exclusive scan in that flat order.
-    cnt = np.zeros((1 << DIGIT_BITS) * MAX_ITEMS * WARPS, dtype=np.int64)
-    np.add.at(cnt, (digit * MAX_ITEMS + tile) * WARPS + warp, 1)
-    offsets = np.concatenate(([0], np.cumsum(cnt)[:-1]))
-    position = offsets[(digit * MAX_ITEMS + tile) * WARPS + warp] + rank
-    out = keys.copy()
-    out[position] = key
-    return out
+def block_bitonic_sort(key: np.ndarray, n: int) -> np.ndarray:
+    """``block_bitonic_sort``: ``key[i]`` is thread i's key; every compare-exchange step of the network, in order.
+
+    (Where j < WARP_SIZE the kernel swaps through a shuffle, elsewhere through shared memory: the same
+    ``key[i ^ j]`` either way.)
+    """
+    i = np.arange(key.size)
+    k = 2
+    while k <= n:
+        ascending = (i & k) == 0
+        j = k >> 1
+        while j > 0:
+            other = key[i ^ j]
+            lower = (i & j) == 0
+            key = np.where(lower == ascending, np.minimum(key, other), np.maximum(key, other))
+            j >>= 1
+        k <<= 1
+    return key
 
 
-def sort_bits(keys: np.ndarray, items: int, low_bit: int, bits: int) -> np.ndarray:
-    for shift in range(low_bit, low_bit + bits, DIGIT_BITS):
-        keys = sort_pass(keys, items, shift)
-    return keys
-
-
-def sort_positions(inp: np.ndarray, V: int) -> tuple[np.ndarray, int]:
-    """Phase 1: the padded key array, sorted by token id (bt ascending inside a token); and ``items``."""
+def sort_positions(inp: np.ndarray) -> np.ndarray:
+    """Phase 1: thread i's key after the sort (slot i), padding keys last."""
     flat = inp.reshape(-1).astype(np.uint32)
     BT = flat.size
-    items = ceil_div(BT, SMALL_THREADS)
-    keys = np.full(items * SMALL_THREADS, NO_KEY, dtype=np.uint32)
-    keys[:BT] = (flat << np.uint32(POS_BITS)) | np.arange(BT, dtype=np.uint32)
-    return sort_bits(keys, items, POS_BITS, bits_for(V - 1)), items
+    key = np.full(SMALL_THREADS, NO_KEY, dtype=np.uint32)
+    key[:BT] = (flat << np.uint32(POS_BITS)) | np.arange(BT, dtype=np.uint32)
+    return block_bitonic_sort(key, network_size(BT))
 
 
-def _heads(keys: np.ndarray, BT: int) -> np.ndarray:
-    ids = keys[:BT] >> np.uint32(POS_BITS)
-    return np.concatenate(([True], ids[1:] != ids[:-1]))
+def find_segments(key: np.ndarray, BT: int) -> tuple[np.ndarray, np.ndarray]:
+    """Phase 2: ``seg_start`` (with ``seg_start[num_distinct] = BT``) and the segment of every slot < BT."""
+    i = np.arange(BT)
+    ids = key[:BT] >> np.uint32(POS_BITS)
+    head = (i == 0) | (ids != np.roll(ids, 1))
+    heads_before = np.cumsum(head) - head  # block_exclusive_sum
+    seg = heads_before + head - 1
+    seg_start = np.append(i[head], BT)
+    return seg_start, seg
 
 
-def find_segments(keys: np.ndarray, BT: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """Phase 2: ``seg_start`` (with ``seg_start[D] = BT``), the segment of every slot, and the largest count."""
-    heads = _heads(keys, BT)
-    seg_of = np.cumsum(heads) - 1
-    seg_start = np.append(np.flatnonzero(heads), BT)
-    return seg_start, seg_of, int(np.diff(seg_start).max())
-
-
-def sort_tokens(seg_start: np.ndarray, max_count: int) -> np.ndarray:
-    """Phase 3: segments sorted by count descending, ties by id (the keys start in id order)."""
-    D = seg_start.size - 1
-    token_items = ceil_div(D, SMALL_THREADS)
-    token_keys = np.full(token_items * SMALL_THREADS, NO_KEY, dtype=np.uint32)
+def sort_tokens(seg_start: np.ndarray) -> np.ndarray:
+    """Phase 3: thread r's token key after the sort: the token of rank r (count descending, then id)."""
+    num_distinct = seg_start.size - 1
     count = np.diff(seg_start).astype(np.uint32)
-    token_keys[:D] = ((np.uint32(max_count) - count) << np.uint32(POS_BITS)) | np.arange(D, dtype=np.uint32)
-    return sort_bits(token_keys, token_items, POS_BITS, bits_for(max_count - 1))
+    token_key = np.full(SMALL_THREADS, NO_KEY, dtype=np.uint32)
+    token_key[:num_distinct] = ((np.uint32(SMALL_THREADS) - count) << np.uint32(POS_BITS)) | np.arange(
+        num_distinct, dtype=np.uint32)
+    return block_bitonic_sort(token_key, network_size(num_distinct))
 
 
-def write_buckets(keys, seg_start, token_keys, max_count: int, groups: int):
-    """Phase 4: ``seg_new_start`` per segment and the bucket and unit lists in rank order."""
-    D = seg_start.size - 1
-    ranked = token_keys[:D]
-    seg = (ranked & np.uint32((1 << POS_BITS) - 1)).astype(np.int64)
-    count = max_count - (ranked >> np.uint32(POS_BITS)).astype(np.int64)
-    start = np.concatenate(([0], np.cumsum(count)[:-1]))  # the blocked scans add up to the same prefixes
+def write_buckets(key, seg_start, token_key, groups: int):
+    """Phase 4: ``seg_new_start`` per segment, the bucket and unit lists, and the counters (as a dict)."""
+    num_distinct = seg_start.size - 1
+    ranked = token_key[:num_distinct]
+    s = (ranked & POS_MASK).astype(np.int64)
+    count = SMALL_THREADS - (ranked >> np.uint32(POS_BITS)).astype(np.int64)
     chunks = ceil_div(count, CHUNK_ITEMS)
-    first_unit = np.concatenate(([0], np.cumsum(chunks)[:-1]))
-    seg_new_start = np.empty(D, dtype=np.int64)
-    seg_new_start[seg] = start
-    ix = (keys[seg_start[seg]] >> np.uint32(POS_BITS)).astype(np.int64)
-    info = np.empty((D * groups, 4), dtype=np.int32)
-    info[:, 0], info[:, 1] = np.repeat(start, groups), np.repeat(count, groups)
-    info[:, 2], info[:, 3] = np.repeat(ix, groups), np.tile(np.arange(groups), D)
-    units = np.empty((int(chunks.sum()), 4), dtype=np.int32)
-    units[:, 0] = np.repeat(ix, chunks)
-    units[:, 1] = np.arange(units.shape[0]) - np.repeat(first_unit, chunks)
-    units[:, 2], units[:, 3] = np.repeat(start, chunks), np.repeat(count, chunks)
-    return seg_new_start, info, units
+    field = count | (chunks << FIELD_BITS)
+    packed = np.cumsum(field) - field  # block_exclusive_sum of the packed fields
+    start, unit = packed & ((1 << FIELD_BITS) - 1), packed >> FIELD_BITS
+    ix = (key[seg_start[s]] >> np.uint32(POS_BITS)).astype(np.int64)
+    seg_new_start = np.empty(num_distinct, dtype=np.int64)
+    seg_new_start[s] = start
+    row = np.arange(num_distinct * groups)
+    info = np.stack([start[row // groups], count[row // groups], ix[row // groups], row % groups], axis=1)
+    units = np.empty((int(chunks.sum()), 4), dtype=np.int32)  # rank r writes rows unit[r] ... + chunks[r] - 1
+    units[:, 0], units[:, 2], units[:, 3] = np.repeat(ix, chunks), np.repeat(start, chunks), np.repeat(count, chunks)
+    units[:, 1] = np.arange(units.shape[0]) - np.repeat(unit, chunks)
+    class_head = np.concatenate(([True], count[1:] != count[:-1]))
+    counters = {"num_distinct": num_distinct, "max_count": int(count[0]), "num_classes": int(class_head.sum()),
+                "num_buckets": num_distinct * groups, "num_units": int(field.sum() >> FIELD_BITS)}
+    return seg_new_start, info.astype(np.int32), units, counters
 
 
-def write_bt_list(keys, seg_start, seg_of, seg_new_start, BT: int) -> np.ndarray:
-    """Phase 5: ``bt_list[seg_new_start[s] + (j - seg_start[s])] = bt of slot j``."""
-    j = np.arange(BT)
+def write_bt_list(key, seg_start, seg, seg_new_start, BT: int) -> np.ndarray:
+    """Phase 5: ``bt_list[seg_new_start[seg] + (i - seg_start[seg])] = bt of slot i``."""
+    i = np.arange(BT)
     bt_list = np.empty(BT, dtype=np.int32)
-    bt_list[seg_new_start[seg_of] + (j - seg_start[seg_of])] = keys[:BT] & np.uint32((1 << POS_BITS) - 1)
+    bt_list[seg_new_start[seg] + (i - seg_start[seg])] = key[:BT] & POS_MASK
     return bt_list
 
 
@@ -131,9 +120,10 @@ def bucketing_small_kernel(inp: np.ndarray, C: int, dtype, V: int) -> BucketTabl
     BT = int(inp.size)
     if not 1 <= BT <= SMALL_MAX_BT or V > SMALL_MAX_V:
         raise ValueError(f"the one-block kernel takes 1..{SMALL_MAX_BT} ids and V <= {SMALL_MAX_V}")
-    keys, _ = sort_positions(inp, V)
-    seg_start, seg_of, max_count = find_segments(keys, BT)
-    token_keys = sort_tokens(seg_start, max_count)
-    seg_new_start, info, units = write_buckets(keys, seg_start, token_keys, max_count, num_c_groups(C, dtype))
-    bt_list = write_bt_list(keys, seg_start, seg_of, seg_new_start, BT)
+    key = sort_positions(inp)
+    seg_start, seg = find_segments(key, BT)
+    token_key = sort_tokens(seg_start)
+    seg_new_start, info, units, _ = write_buckets(key, seg_start, token_key, num_c_groups(C, dtype))
+    bt_list = write_bt_list(key, seg_start, seg, seg_new_start, BT)
     return BucketTable(info=info, bt_list=bt_list, units=units, C=C, dtype=np.dtype(dtype))
+

@@ -1,40 +1,43 @@
-// bucketing_small.cu: the bucket table of a small batch (B*T <= 8192 ids, V <= 65536), built by ONE block.
+// bucketing_small.cu: the bucket table of one sequence (B*T <= 1024 ids), built by ONE block in one launch.
 //
-// Produces exactly the table of gpt2enc_edu/buckets.py and of bucketing.cu (same order, same bits), with no
-// grid-wide barrier: at B = 1 the cooperative kernel of bucketing.cu spends ~50 us in its ~20 grid barriers,
-// this one ~18 us on an H200 (docs/performance.md has the per-phase costs).
+// Produces exactly the table of gpt2enc_edu/buckets.py, bucketing.cu and bucketing_scatter.cu (same order,
+// same bits). At B = 1 the fixed costs are everything: the scatter route is seven dependent launches of
+// 1-4 us each, so this kernel does the whole table in one block, in registers and shared memory, with two
+// sorts of 1024 keys that are mostly warp shuffles.
 //
-// Phases (each ends with __syncthreads; `stop_after` = k > 0 ends the kernel after phase k, < 0 at once;
-// gpt2enc_edu.gpu_buckets.phase_times_us times these truncated runs):
-//   1. Sort the positions by token id, stably. Key = (id << SMALL_POS_BITS) | bt: an LSD radix sort on the
-//      id bits only, SMALL_DIGIT_BITS per pass, keeps equal ids in ascending bt (the keys start in bt order).
-//   2. Segments: one per distinct token, in id order; seg_start[s] = first sorted slot of token s.
-//   3. Sort the segments by count descending, ties by id (again a stable radix sort, of the keys
-//      ((max_count - count) << SMALL_POS_BITS) | s on the count bits): the bucket order.
-//   4. For each token in bucket order: its start in bt_list (a scan of the counts), its buckets and units.
+// Thread i holds one key; the block sorts its 1024 keys with a bitonic network (block_bitonic_sort): a
+// compare-exchange of keys i and i ^ j for j = k/2, k/4, ..., 1 in rounds k = 2, 4, ..., n. While j < 32 the
+// partner is in the same warp (a __shfl_xor_sync, no barrier); only the 15 steps with j >= 32 go through
+// shared memory, one __syncthreads each (two buffers alternate, so a step's writes never meet the reads of the
+// step before). Every key is unique, so "sorted" has one answer and the NumPy twin can follow step by step.
+//
+// Phases (`stop_after` = k > 0 ends the kernel after phase k, < 0 at once; gpt2enc_edu.gpu_buckets.phase_times_us
+// times these truncated runs):
+//   1. Sort the positions by token id: key = (id << SMALL_POS_BITS) | bt. Equal ids stay in ascending bt,
+//      because bt is the key's low bits.
+//   2. Segments: one per distinct token, in id order; seg_start[s] = first sorted slot of token s (a scan of the
+//      "new id here" flags).
+//   3. Sort the segments by count descending, ties by id: key = ((SMALL_THREADS - count) << SMALL_POS_BITS) | s
+//      (segments are in id order, so s breaks the ties). Thread r now holds the token of rank r.
+//   4. Rank r's start in bt_list and its first unit (one scan of two packed 16-bit fields), its buckets and units.
 //   5. bt_list: every sorted position moves to its token's new start plus its place inside the segment.
 //
-// One radix pass (sort_pass): thread i holds the keys i, i + 1024, ... (tile j = keys j*1024 .. j*1024+1023).
-// Inside a warp, ballots on the digit's bits rank the lanes with the same digit; the counts per
-// (digit, tile, warp), scanned in that order, give every key its stable place.
-//
-// Launch: one block of SMALL_THREADS = 1024 threads, dynamic shared memory bucketing_small_smem_bytes(BT)
-//   (= 4 * (6 * n_pad + 1 + SMALL_CNT + 64) bytes with n_pad = CEIL_DIV(BT, 1024) * 1024: 213 KB at
-//   BT = 8192, so the package takes this kernel only where the device allows that much):
-//   bucketing_small_kernel(inp, BT, V, num_c_groups, bucket_info, units, bt_list, counters, stop_after)
-// Requires 1 <= BT <= SMALL_MAX_BT and V <= 65536 (checked by the package). counters as in bucketing.cu.
+// Launch: one block of SMALL_THREADS = 1024 threads, 36 KB of static shared memory:
+//   bucketing_small_kernel(inp, BT, num_c_groups, bucket_info, units, bt_list, counters, stop_after)
+// Requires 1 <= BT <= SMALL_MAX_BT and ids < SMALL_MAX_V (checked by the package). counters as in bucketing.cu.
 #include "common.cuh"
 
 #define SMALL_THREADS 1024
-#define SMALL_WARPS (SMALL_THREADS / WARP_SIZE)
-#define SMALL_MAX_ITEMS 8
-#define SMALL_MAX_BT (SMALL_MAX_ITEMS * SMALL_THREADS)
-#define SMALL_POS_BITS 13
-#define SMALL_DIGIT_BITS 4
-#define SMALL_DIGITS (1 << SMALL_DIGIT_BITS)
-#define SMALL_CNT (SMALL_DIGITS * SMALL_MAX_ITEMS * SMALL_WARPS)
-#define SMALL_CHUNK_ITEMS 32
+// One key per thread: a position bt < SMALL_MAX_BT is its low SMALL_POS_BITS bits, an id < SMALL_MAX_V =
+// 2^(32 - SMALL_POS_BITS) the high bits. SMALL_NO_KEY sorts after every real key.
+#define SMALL_MAX_BT 1024
+#define SMALL_POS_BITS 10
+#define SMALL_MAX_V 4194304
+#define SMALL_POS_MASK ((1u << SMALL_POS_BITS) - 1u)
 #define SMALL_NO_KEY 0xFFFFFFFFu
+#define SMALL_CHUNK_ITEMS 32
+// Phase 4 scans count | chunks << SMALL_FIELD_BITS at once: both sums are <= 1024, so the fields never mix.
+#define SMALL_FIELD_BITS 16
 
 // counters[] slots, as in bucketing.cu
 #define SMALL_COUNTER_NUM_DISTINCT 0
@@ -43,187 +46,109 @@
 #define SMALL_COUNTER_NUM_BUCKETS 3
 #define SMALL_COUNTER_NUM_UNITS 4
 
-// One stable pass over keys[0 .. items * SMALL_THREADS) by the digit (key >> shift) & (SMALL_DIGITS - 1).
-__device__ void sort_pass(unsigned int* keys, int items, int shift, int* cnt, int* scratch) {
-    int lane = threadIdx.x % WARP_SIZE;
-    int warp = threadIdx.x / WARP_SIZE;
-    unsigned int key[SMALL_MAX_ITEMS];
-    int digit[SMALL_MAX_ITEMS];
-    int rank[SMALL_MAX_ITEMS];
-#pragma unroll
-    for (int i = 0; i < SMALL_MAX_ITEMS; i++) {
-        if (i < items) { key[i] = keys[i * SMALL_THREADS + threadIdx.x]; }
-    }
-    for (int j = threadIdx.x; j < SMALL_CNT; j += SMALL_THREADS) { cnt[j] = 0; }
-    __syncthreads();  // every key is in registers before any is overwritten, and cnt is clear
-#pragma unroll
-    for (int i = 0; i < SMALL_MAX_ITEMS; i++) {
-        if (i < items) {  // uniform: the whole warp takes part in the match
-            digit[i] = (int)((key[i] >> shift) & (SMALL_DIGITS - 1));
-            // The lanes with the same digit: one ballot per digit bit (cheaper than __match_any_sync).
-            unsigned int peers = 0xffffffffu;
-#pragma unroll
-            for (int bit = 0; bit < SMALL_DIGIT_BITS; bit++) {
-                unsigned int vote = __ballot_sync(0xffffffffu, (digit[i] >> bit) & 1);
-                peers &= ((digit[i] >> bit) & 1) ? vote : ~vote;
+// The smallest power of two >= n (n >= 1): the size of the sorting network that n keys need.
+__device__ int network_size(int n) { return n <= 1 ? 1 : 1 << (32 - __clz(n - 1)); }
+
+// Sort the block's keys ascending (thread i gives `key`, gets the key of rank i back), over the first n
+// threads (n a power of two; the keys of threads >= n must be SMALL_NO_KEY, and stay so). Every thread calls it.
+// buf: 2 * SMALL_THREADS words of shared memory, free again when it returns.
+__device__ unsigned int block_bitonic_sort(unsigned int key, int n, unsigned int* buf) {
+    int i = threadIdx.x;
+    int parity = 0;
+    for (int k = 2; k <= n; k <<= 1) {  // round k: sorted runs of k/2 become sorted runs of k
+        bool ascending = (i & k) == 0;  // runs alternate direction, so two of them form a bitonic sequence
+        for (int j = k >> 1; j > 0; j >>= 1) {
+            unsigned int other;
+            if (j >= WARP_SIZE) {  // the partner is in another warp
+                unsigned int* step = buf + parity * SMALL_THREADS;
+                parity ^= 1;
+                step[i] = key;
+                __syncthreads();
+                other = step[i ^ j];
+            } else {
+                other = __shfl_xor_sync(0xffffffffu, key, j);
             }
-            rank[i] = __popc(peers & ((1u << lane) - 1u));
-            if (rank[i] == 0) { cnt[(digit[i] * SMALL_MAX_ITEMS + i) * SMALL_WARPS + warp] = __popc(peers); }
+            bool lower = (i & j) == 0;  // the lower of the pair keeps the smaller key in an ascending run
+            key = lower == ascending ? min(key, other) : max(key, other);
         }
     }
-    __syncthreads();
-    // Exclusive scan of cnt in (digit, tile, warp) order: each thread owns 4 consecutive counts.
-    const int per = SMALL_CNT / SMALL_THREADS;
-    int local[per];
-    int sum = 0;
-    for (int q = 0; q < per; q++) {
-        local[q] = sum;
-        sum += cnt[threadIdx.x * per + q];
-    }
-    int unused;
-    int base = block_exclusive_sum(sum, &unused, scratch);
-    for (int q = 0; q < per; q++) { cnt[threadIdx.x * per + q] = base + local[q]; }
-    __syncthreads();
-#pragma unroll
-    for (int i = 0; i < SMALL_MAX_ITEMS; i++) {
-        if (i < items) { keys[cnt[(digit[i] * SMALL_MAX_ITEMS + i) * SMALL_WARPS + warp] + rank[i]] = key[i]; }
-    }
-    __syncthreads();
+    __syncthreads();  // every exchange is read: buf may be reused right after
+    return key;
 }
-
-// Sort keys[0 .. items * SMALL_THREADS) by the bits from `low_bit` up to `low_bit + bits`, stably.
-__device__ void sort_bits(unsigned int* keys, int items, int low_bit, int bits, int* cnt, int* scratch) {
-    for (int shift = low_bit; shift < low_bit + bits; shift += SMALL_DIGIT_BITS) {
-        sort_pass(keys, items, shift, cnt, scratch);
-    }
-}
-
-// Number of bits needed to write values 0 .. max_value.
-__device__ int bits_for(unsigned int max_value) { return max_value == 0u ? 0 : 32 - __clz(max_value); }
 
 extern "C" __global__ void __launch_bounds__(SMALL_THREADS)
-    bucketing_small_kernel(const int* inp, int BT, int V, int num_c_groups, int4* bucket_info, int4* units,
-                           int* bt_list, int* counters, int stop_after) {
-    extern __shared__ int smem[];
+    bucketing_small_kernel(const int* inp, int BT, int num_c_groups, int4* bucket_info, int4* units, int* bt_list,
+                           int* counters, int stop_after) {
+    __shared__ unsigned int buf[2 * SMALL_THREADS];  // the sorts' exchange buffers
+    __shared__ unsigned int sorted[SMALL_THREADS];  // phase 1's keys, slot by slot
+    __shared__ int seg_start[SMALL_THREADS + 1];  // first slot of each segment (and BT after the last)
+    __shared__ int seg_new_start[SMALL_THREADS];  // each segment's start in bt_list
+    __shared__ int4 rank_row[SMALL_THREADS];  // rank r: (start, count, ix, first unit)
+    __shared__ int scratch[WARP_SIZE + 1];
     if (stop_after < 0) { return; }  // an empty run: what the launch alone costs
-    int items = CEIL_DIV(BT, SMALL_THREADS);
-    int n_pad = items * SMALL_THREADS;
-    unsigned int* keys = reinterpret_cast<unsigned int*>(smem);  // [n_pad]   positions, sorted by id
-    unsigned int* token_keys = keys + n_pad;  // [n_pad]   segments, sorted by count
-    int* seg_start = smem + 2 * n_pad;  // [n_pad+1] first slot of each segment
-    int* seg_new_start = seg_start + n_pad + 1;  // [n_pad]   its start in bt_list
-    int* seg_of = seg_new_start + n_pad;  // [n_pad]   segment of each sorted slot
-    int* rank_unit = seg_of + n_pad;  // [n_pad]   first unit of each rank
-    int* cnt = rank_unit + n_pad;  // [SMALL_CNT]
-    int* scratch = cnt + SMALL_CNT;  // [33] + shared scalars
-    int* shared_max = scratch + WARP_SIZE + 1;
-    int total;
+    int i = threadIdx.x;
 
     // Phase 1: positions sorted by token id (bt ascending inside a token). Padding keys sort last.
-    for (int j = threadIdx.x; j < n_pad; j += SMALL_THREADS) {
-        keys[j] = j < BT ? ((unsigned int)inp[j] << SMALL_POS_BITS) | (unsigned int)j : SMALL_NO_KEY;
-    }
-    if (threadIdx.x == 0) { *shared_max = 0; }
+    unsigned int key = i < BT ? ((unsigned int)inp[i] << SMALL_POS_BITS) | (unsigned int)i : SMALL_NO_KEY;
+    key = block_bitonic_sort(key, network_size(BT), buf);
+    sorted[i] = key;
     __syncthreads();
-    sort_bits(keys, items, SMALL_POS_BITS, bits_for((unsigned int)(V - 1)), cnt, scratch);
     if (stop_after == 1) { return; }
 
-    // Phase 2: segments. Thread i owns the sorted slots i*items .. i*items + items - 1 (a scan needs them
-    // consecutive); a slot starts a segment where its id differs from the slot before.
-    int first = threadIdx.x * items;
-    int heads = 0;
-    for (int q = 0; q < items; q++) {
-        int j = first + q;
-        heads += j < BT && (j == 0 || (keys[j] >> SMALL_POS_BITS) != (keys[j - 1] >> SMALL_POS_BITS));
-    }
-    int seg = block_exclusive_sum(heads, &total, scratch);
-    int num_distinct = total;
-    for (int q = 0; q < items; q++) {
-        int j = first + q;
-        if (j < BT && (j == 0 || (keys[j] >> SMALL_POS_BITS) != (keys[j - 1] >> SMALL_POS_BITS))) {
-            seg_start[seg++] = j;
-        }
-        if (j < BT) { seg_of[j] = seg - 1; }
-    }
-    if (threadIdx.x == 0) { seg_start[num_distinct] = BT; }
+    // Phase 2: slot i starts a segment where its id differs from slot i - 1's.
+    int head = i < BT && (i == 0 || (key >> SMALL_POS_BITS) != (sorted[i - 1] >> SMALL_POS_BITS));
+    int num_distinct;
+    int heads_before = block_exclusive_sum(head, &num_distinct, scratch);
+    int seg = heads_before + head - 1;  // the segment of slot i (a head starts segment heads_before)
+    if (head) { seg_start[heads_before] = i; }
+    if (i == 0) { seg_start[num_distinct] = BT; }
     __syncthreads();
-    for (int s = threadIdx.x; s < num_distinct; s += SMALL_THREADS) {
-        atomicMax(shared_max, seg_start[s + 1] - seg_start[s]);  // order-free: a maximum
-    }
-    __syncthreads();
-    int max_count = *shared_max;
     if (stop_after == 2) { return; }
 
-    // Phase 3: segments sorted by count descending; the keys start in id order, so ties keep it.
-    int token_items = CEIL_DIV(num_distinct, SMALL_THREADS);
-    for (int s = threadIdx.x; s < token_items * SMALL_THREADS; s += SMALL_THREADS) {
-        token_keys[s] = s < num_distinct
-                            ? ((unsigned int)(max_count - (seg_start[s + 1] - seg_start[s])) << SMALL_POS_BITS) | s
-                            : SMALL_NO_KEY;
+    // Phase 3: segments sorted by count descending, ties by segment (= id) ascending.
+    unsigned int token_key = SMALL_NO_KEY;
+    if (i < num_distinct) {
+        int count = seg_start[i + 1] - seg_start[i];
+        token_key = ((unsigned int)(SMALL_THREADS - count) << SMALL_POS_BITS) | (unsigned int)i;
     }
-    __syncthreads();
-    sort_bits(token_keys, token_items, SMALL_POS_BITS, bits_for((unsigned int)(max_count - 1)), cnt, scratch);
+    token_key = block_bitonic_sort(token_key, network_size(num_distinct), buf);
     if (stop_after == 3) { return; }
 
-    // Phase 4: ranks in bucket order. Thread i owns ranks i*token_items .. + token_items - 1 for the two
-    // scans (each token's start in bt_list, its first unit; a new count value starts a class), which are
-    // kept per segment and per rank; then the table rows are written rank by rank across the threads
-    // (thread i writes rank i, i + 1024, ...), so that a warp's stores are neighbours.
-    int first_rank = threadIdx.x * token_items;
-    int count_sum = 0, unit_sum = 0, class_sum = 0;
-    for (int q = 0; q < token_items; q++) {
-        int r = first_rank + q;
-        if (r < num_distinct) {
-            int count = max_count - (int)(token_keys[r] >> SMALL_POS_BITS);
-            count_sum += count;
-            unit_sum += CEIL_DIV(count, SMALL_CHUNK_ITEMS);
-            class_sum += r == 0 || token_keys[r] >> SMALL_POS_BITS != token_keys[r - 1] >> SMALL_POS_BITS;
-        }
+    // Phase 4: thread r holds rank r. Its start in bt_list and first unit: one scan of count | chunks << 16.
+    int r = i;
+    bool real = r < num_distinct;
+    int s = (int)(token_key & SMALL_POS_MASK);
+    int count = real ? SMALL_THREADS - (int)(token_key >> SMALL_POS_BITS) : 0;
+    int chunks = CEIL_DIV(count, SMALL_CHUNK_ITEMS);
+    buf[r] = token_key;  // for rank r + 1's class test below
+    int packed_total;
+    int packed = block_exclusive_sum(count | (chunks << SMALL_FIELD_BITS), &packed_total, scratch);  // syncs
+    int start = packed & ((1 << SMALL_FIELD_BITS) - 1);
+    int unit = packed >> SMALL_FIELD_BITS;
+    // A class is the tokens of one count: a new one starts where the count differs from rank r - 1's.
+    int class_head = real && (r == 0 || (buf[r - 1] >> SMALL_POS_BITS) != (token_key >> SMALL_POS_BITS));
+    int ix = real ? (int)(sorted[seg_start[s]] >> SMALL_POS_BITS) : 0;
+    if (real) {
+        seg_new_start[s] = start;
+        rank_row[r] = make_int4(start, count, ix, unit);
     }
-    int num_units, num_classes;
-    int start = block_exclusive_sum(count_sum, &total, scratch);
-    int unit = block_exclusive_sum(unit_sum, &num_units, scratch);
-    block_exclusive_sum(class_sum, &num_classes, scratch);
-    for (int q = 0; q < token_items; q++) {
-        int r = first_rank + q;
-        if (r < num_distinct) {
-            int count = max_count - (int)(token_keys[r] >> SMALL_POS_BITS);
-            seg_new_start[token_keys[r] & ((1u << SMALL_POS_BITS) - 1u)] = start;
-            rank_unit[r] = unit;
-            start += count;
-            unit += CEIL_DIV(count, SMALL_CHUNK_ITEMS);
-        }
-    }
-    if (threadIdx.x == 0) {
+    int num_classes = __syncthreads_count(class_head);  // also: seg_new_start and rank_row are complete
+    if (i == 0) {
         counters[SMALL_COUNTER_NUM_DISTINCT] = num_distinct;
-        counters[SMALL_COUNTER_MAX_COUNT] = max_count;
+        counters[SMALL_COUNTER_MAX_COUNT] = SMALL_THREADS - (int)(token_key >> SMALL_POS_BITS);  // rank 0's
         counters[SMALL_COUNTER_NUM_CLASSES] = num_classes;
         counters[SMALL_COUNTER_NUM_BUCKETS] = num_distinct * num_c_groups;
-        counters[SMALL_COUNTER_NUM_UNITS] = num_units;
+        counters[SMALL_COUNTER_NUM_UNITS] = packed_total >> SMALL_FIELD_BITS;
     }
-    __syncthreads();
-    // Bucket rows: thread i writes rows i, i + 1024, ... of bucket_info, so a warp stores 512 contiguous bytes.
-    for (int row = threadIdx.x; row < num_distinct * num_c_groups; row += SMALL_THREADS) {
-        int r = row / num_c_groups;
-        int s = (int)(token_keys[r] & ((1u << SMALL_POS_BITS) - 1u));
-        int ix = (int)(keys[seg_start[s]] >> SMALL_POS_BITS);
-        bucket_info[row] = make_int4(seg_new_start[s], seg_start[s + 1] - seg_start[s], ix, row % num_c_groups);
+    // Bucket rows: thread i writes rows i, i + 1024, ..., so a warp stores 512 contiguous bytes.
+    for (int row = i; row < num_distinct * num_c_groups; row += SMALL_THREADS) {
+        int4 ranked = rank_row[row / num_c_groups];
+        bucket_info[row] = make_int4(ranked.x, ranked.y, ranked.z, row % num_c_groups);
     }
-    // Units: thread i writes the units of ranks i, i + 1024, ... (one unit for most tokens: neighbours again).
-    for (int r = threadIdx.x; r < num_distinct; r += SMALL_THREADS) {
-        int s = (int)(token_keys[r] & ((1u << SMALL_POS_BITS) - 1u));
-        int token_start = seg_new_start[s];
-        int count = seg_start[s + 1] - seg_start[s];
-        int ix = (int)(keys[seg_start[s]] >> SMALL_POS_BITS);
-        for (int chunk = 0; chunk < CEIL_DIV(count, SMALL_CHUNK_ITEMS); chunk++) {
-            units[rank_unit[r] + chunk] = make_int4(ix, chunk, token_start, count);
-        }
-    }
+    // Units: rank r's chunks (one for all but the tokens seen more than 32 times).
+    for (int chunk = 0; chunk < chunks; chunk++) { units[unit + chunk] = make_int4(ix, chunk, start, count); }
     if (stop_after == 4) { return; }
 
-    // Phase 5: bt_list. Each sorted slot moves to its token's new start plus its place inside the segment.
-    for (int j = threadIdx.x; j < BT; j += SMALL_THREADS) {
-        int sj = seg_of[j];
-        bt_list[seg_new_start[sj] + (j - seg_start[sj])] = (int)(keys[j] & ((1u << SMALL_POS_BITS) - 1u));
-    }
+    // Phase 5: bt_list. Sorted slot i moves to its token's new start plus its place inside the segment.
+    if (i < BT) { bt_list[seg_new_start[seg] + (i - seg_start[seg])] = (int)(key & SMALL_POS_MASK); }
 }

@@ -46,6 +46,8 @@
 #else
 #define CHUNKED_MIN_BLOCKS 8
 #endif
+// Rows of a chunk whose loads a lane issues before it adds them (a divisor of CHUNK_ITEMS).
+#define CHUNK_LOADS 1
 #define COMBINE_THREADS 128
 #define COMBINE_UNROLL 16
 
@@ -85,11 +87,19 @@ extern "C" __global__ void __launch_bounds__(WARP_SIZE* CHUNKED_WARPS_PER_BLOCK,
         // The chunk's items in order: accum = ((0 + d[item 0]) + d[item 1]) + ...
         float accum[x128::size];
         for (int k = 0; k < x128::size; k++) { accum[k] = 0.0f; }
-        for (int item = 0; item < chunk_size; item++) {
-            int bt = __shfl_sync(0xffffffffu, my_bt, item);
-            if (has_channels) {
-                x128 packed_dout = load128cs(dout + bt * C + c);
-                for (int k = 0; k < x128::size; k++) { accum[k] += (float)packed_dout[k]; }
+        // CHUNK_LOADS rows are loaded before any is added: their latencies overlap, the order of adds stays.
+        for (int first = 0; first < chunk_size; first += CHUNK_LOADS) {
+            x128 packed_dout[CHUNK_LOADS];
+#pragma unroll
+            for (int u = 0; u < CHUNK_LOADS; u++) {
+                int bt = __shfl_sync(0xffffffffu, my_bt, first + u);  // first + u < CHUNK_ITEMS: a lane
+                if (has_channels && first + u < chunk_size) { packed_dout[u] = load128cs(dout + bt * C + c); }
+            }
+#pragma unroll
+            for (int u = 0; u < CHUNK_LOADS; u++) {
+                if (has_channels && first + u < chunk_size) {
+                    for (int k = 0; k < x128::size; k++) { accum[k] += (float)packed_dout[u][k]; }
+                }
             }
         }
         if (!has_channels) { continue; }

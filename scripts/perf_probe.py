@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -34,6 +35,8 @@ from gpt2enc_edu.bench.timer import GpuTimer, measure_copy_rate  # noqa: E402
 from gpt2enc_edu.problems import random_problem  # noqa: E402
 
 T, C, V = 1024, 768, 50257
+#: Variants of the chunked wte kernel timed beside the package's: (CHUNK_LOADS, CHUNKED_MIN_BLOCKS).
+CHUNK_VARIANTS = ((1, 8), (2, 6), (2, 4), (4, 6), (4, 4), (8, 4))
 RESULTS: list[dict] = []
 FAILURES: list[str] = []
 
@@ -42,15 +45,6 @@ def check(ok: bool, what: str) -> None:
     print(("ok   " if ok else "FAIL ") + what, flush=True)
     if not ok:
         FAILURES.append(what)
-
-
-def routes_for(BT: int) -> list[str]:
-    routes = ["cooperative"]
-    if BT <= layout.SCATTER_MAX_BT:
-        routes.append("scatter")
-    if gpu_buckets.small_kernel_fits(BT, V):
-        routes.append("small")
-    return routes
 
 
 def same_table(a, b) -> bool:
@@ -110,24 +104,49 @@ def main() -> int:
         cp.cuda.Device().synchronize()
         return arrays
     chunked_source = loader.kernel_source("encoder_backward_wte_chunked.cu")
+    package_variant = (int(re.search(r"#define CHUNK_LOADS (\d+)", chunked_source).group(1)), 8)
     chunk_variants = {}
-    for min_blocks, split in ((6, 3), (8, 1)):  # the package: 8 blocks per SM, one grid row per group
+    for loads, min_blocks in CHUNK_VARIANTS:  # rows in flight per lane, blocks per SM asked of the compiler
+        if (loads, min_blocks) == package_variant:
+            continue
         source = chunked_source.replace("#define CHUNKED_MIN_BLOCKS 8", f"#define CHUNKED_MIN_BLOCKS {min_blocks}")
-        module = loader.compile_source(source, enc.bfloat16, label=f"chunked {min_blocks}/{split}")
-        chunk_variants[(min_blocks, split)] = (
+        source = source.replace(f"#define CHUNK_LOADS {package_variant[0]}", f"#define CHUNK_LOADS {loads}")
+        module = loader.compile_source(source, enc.bfloat16, label=f"chunked loads={loads} min_blocks={min_blocks}")
+        chunk_variants[(loads, min_blocks)] = (
             module.get_function("encoder_backward_wte_chunked_kernel"),
             module.get_function("encoder_backward_wte_chunk_combine_kernel"),
         )
 
-    def launch_chunked(chunk_fn, combine_fn, split, dwte, table, dout):
-        """``cuda.encoder_backward_wte_chunked`` with other compiled kernels, the groups split over ``split`` warps."""
+    def launch_chunked(chunk_fn, combine_fn, dwte, table, dout):
+        """``cuda.encoder_backward_wte_chunked`` with other compiled kernels."""
         BT = int(table.bt_list.shape[0])
         partials = cuda._chunk_partials(BT, layout.num_c_groups(C, dout.dtype) * layout.c_per_group(dout.dtype))
-        chunk_fn((layout.ceil_div(table.max_units, layout.CHUNKED_WARPS_PER_BLOCK), split),
-                 (layout.WARP_SIZE * layout.CHUNKED_WARPS_PER_BLOCK,),
-                 (dwte, table.units, table.bt_list, dout, partials, table.num_units_device, np.int32(C), np.uint32(5)))
+        groups = layout.num_c_groups(C, dout.dtype)
+        loader.launch(chunk_fn, (layout.ceil_div(table.max_units, layout.CHUNKED_WARPS_PER_BLOCK), groups),
+                      layout.WARP_SIZE * layout.CHUNKED_WARPS_PER_BLOCK,
+                      (dwte, table.units, table.bt_list, dout, partials, table.num_units_device, np.int32(C),
+                       np.uint32(5)))
         loader.launch(combine_fn, min(table.max_units, gpu_buckets.max_multi_chunk_units(BT)), layout.COMBINE_THREADS,
                       (dwte, table.units, partials, table.num_units_device, np.int32(C), np.uint32(5)))
+
+    side, side_done, wpe_done = (cp.cuda.Stream(non_blocking=True, priority=cuda.HIGHEST_STREAM_PRIORITY),
+                                 cp.cuda.Event(), cp.cuda.Event())
+    start_side = cp.cuda.Event()
+
+    def table_first(g, B, seed):
+        """Another schedule of the chunked backward: the table alone first, then the wpe kernel beside the wte
+        kernels (the package runs the table beside the wpe kernel, then the wte kernels)."""
+        start_side.record(stream)
+        side.wait_event(start_side)
+        with side:
+            table = gpu_buckets.build_bucket_table_gpu(g.inp, C, enc.bfloat16, V)
+            side_done.record(side)
+        stream.wait_event(side_done)
+        with side:
+            cuda.encoder_backward_wpe(g.dwpe, g.dout, B, T, C, seed)
+            wpe_done.record(side)
+        cuda.encoder_backward_wte_chunked(g.dwte, table, g.dout, C, seed)
+        stream.wait_event(wpe_done)
 
     for B in [int(b) for b in args.batches.split(",")]:
         for kind in args.kinds.split(","):
@@ -141,9 +160,6 @@ def main() -> int:
                 flush=True,
             )
             # ---------------- overlap: the table and the wpe kernel alone, then side by side as the backward runs them
-            side, side_done = cp.cuda.Stream(non_blocking=True, priority=cuda.HIGHEST_STREAM_PRIORITY), cp.cuda.Event()
-            start_side = cp.cuda.Event()
-
             def table_beside_wpe():
                 start_side.record(stream)
                 side.wait_event(start_side)
@@ -163,7 +179,7 @@ def main() -> int:
             if args.overlap_only:
                 continue
             # ---------------- the table, route by route
-            for route in routes_for(B * T):
+            for route in gpu_buckets.routes_for(B * T, V):
                 with stream:
                     got = gpu_buckets.build_bucket_table_gpu(g.inp, C, enc.bfloat16, V, route=route).to_host()
                 check(same_table(got, table_np), f"B={B} {kind} {route} table == NumPy table")
@@ -209,21 +225,32 @@ def main() -> int:
                 t_us(lambda: cuda.encoder_backward_wte_bucketed(g.dwte, table_dev, g.dout, C, 5)),
             )
 
-            # ---------------- chunked wte kernel variants (same order of adds, so the same bits): warps per SM
-            if B > 1:
-                base = upload(host)
+            # ---------------- chunked wte kernel variants (same order of adds, so the same bits)
+            base = upload(host)
+            with stream:
+                cuda.encoder_backward_wte_chunked(base.dwte, table_dev, base.dout, C, 5)
+            stream.synchronize()
+            for (loads, min_blocks), (chunk_fn, combine_fn) in chunk_variants.items():
+                trial = upload(host)
                 with stream:
-                    cuda.encoder_backward_wte_chunked(base.dwte, table_dev, base.dout, C, 5)
+                    launch_chunked(chunk_fn, combine_fn, trial.dwte, table_dev, trial.dout)
                 stream.synchronize()
-                for (min_blocks, split), (chunk_fn, combine_fn) in chunk_variants.items():
-                    trial = upload(host)
-                    with stream:
-                        launch_chunked(chunk_fn, combine_fn, split, trial.dwte, table_dev, trial.dout)
-                    stream.synchronize()
-                    label = f"chunked variant min_blocks={min_blocks} grid rows={split}"
-                    check(compare.bitwise_equal(trial.dwte, base.dwte), f"B={B} {kind} {label} == chunked")
-                    record(B, kind, label, t_us(lambda fns=(chunk_fn, combine_fn, split): launch_chunked(
-                        *fns, g.dwte, table_dev, g.dout)))
+                label = f"chunked variant loads={loads} min_blocks={min_blocks}"
+                check(compare.bitwise_equal(trial.dwte, base.dwte), f"B={B} {kind} {label} == chunked")
+                record(B, kind, label, t_us(lambda fns=(chunk_fn, combine_fn): launch_chunked(
+                    *fns, g.dwte, table_dev, g.dout)))
+
+            # ---------------- another schedule: the table first, then the wpe kernel beside the wte kernels
+            want, got = upload(host), upload(host)
+            with stream:
+                enc.encoder_backward(want.dwte, want.dwpe, want.dout, want.inp, seed=99, method="chunked",
+                                     bucketing="gpu")
+                table_first(got, B, 99)
+            stream.synchronize()
+            check(compare.bitwise_equal(got.dwte, want.dwte) and compare.bitwise_equal(got.dwpe, want.dwpe),
+                  f"B={B} {kind} table-first schedule == the package's")
+            record(B, kind, "backward chunked e2e, table first then wpe beside wte", t_us(
+                lambda: table_first(g, B, 5)), "backward", distinct)
 
             # ---------------- end to end, each route forced; bits against the CPU-built table
             for method in ("chunked", "bucketed"):
@@ -233,7 +260,7 @@ def main() -> int:
                         want.dwte, want.dwpe, want.dout, want.inp, seed=99, method=method, bucketing="cpu"
                     )
                 stream.synchronize()  # the comparisons below run on another stream
-                for route in routes_for(B * T):
+                for route in gpu_buckets.routes_for(B * T, V):
                     gpu_buckets.bucketing_route = lambda BT, V, route=route: route
                     try:
                         got = upload(host)

@@ -302,16 +302,11 @@ def _fresh_gpu_tables() -> None:
 
 
 def _routes_for(shape) -> list[str]:
-    """The bucketing routes that take this shape (the one-block kernel only up to its limits)."""
-    from gpt2enc_edu import layout
+    """The bucketing routes that take this shape (``gpu_buckets.routes_for``, which needs no GPU)."""
+    from gpt2enc_edu import gpu_buckets
 
     B, T, _, V, _, _ = shape
-    routes = ["cooperative"]
-    if B * T <= layout.SCATTER_MAX_BT:
-        routes.append("scatter")
-    if B * T <= layout.SMALL_MAX_BT and V <= layout.SMALL_MAX_V:
-        routes.append("small")
-    return routes
+    return list(gpu_buckets.routes_for(B * T, V))
 
 
 def _bench_spin_case() -> Case:

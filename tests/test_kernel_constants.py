@@ -64,11 +64,10 @@ def test_noise_streams_match_rounding():
 
 def test_small_bucketing_constants_match():
     defines = _defines("bucketing_small.cu")
-    assert defines["SMALL_MAX_ITEMS"] * layout.SMALL_THREADS == layout.SMALL_MAX_BT
+    assert defines["SMALL_MAX_BT"] == layout.SMALL_MAX_BT == layout.SMALL_THREADS  # one key per thread
     assert 1 << defines["SMALL_POS_BITS"] == layout.SMALL_MAX_BT  # a position fits the key's low bits
-    assert (1 << defines["SMALL_DIGIT_BITS"]) * defines["SMALL_MAX_ITEMS"] * layout.SMALL_THREADS // layout.WARP_SIZE \
-        == layout.SMALL_CNT
-    assert defines["SMALL_POS_BITS"] + 16 <= 32 and layout.SMALL_MAX_V == 1 << 16  # id and position in one word
+    assert defines["SMALL_MAX_V"] == layout.SMALL_MAX_V == 1 << (32 - defines["SMALL_POS_BITS"])  # an id the rest
+    assert (layout.SMALL_MAX_BT + 1) << defines["SMALL_FIELD_BITS"] < 2**31  # phase 4's packed scan fits an int
     assert defines["SMALL_CHUNK_ITEMS"] == layout.CHUNK_ITEMS
     for slot in ("NUM_DISTINCT", "MAX_COUNT", "NUM_CLASSES", "NUM_BUCKETS", "NUM_UNITS"):
         assert defines[f"SMALL_COUNTER_{slot}"] == getattr(layout, f"COUNTER_{slot}")

@@ -71,15 +71,15 @@ def test_default_method_is_chunked(rng):
 
 @pytest.mark.parametrize("route", [None, *gpu_buckets.ROUTES])
 @pytest.mark.parametrize("B, T, V, ids", [(1, 1, 5, "uniform"), (1, 1000, 2, "uniform"), (1, 1024, 50257, "zipf"),
-                                          (1, 1025, 50257, "uniform"), (8, 1024, 50257, "real"),
+                                          (1, 1025, 50257, "uniform"), (2, 512, 4194304, "uniform"),
+                                          (1, 1024, 4194305, "uniform"), (8, 1024, 50257, "real"),
                                           (8, 1024, 65536, "uniform"), (3, 700, 70000, "uniform"),
                                           (64, 1024, 50257, "zipf"), (65, 1024, 50257, "uniform")])
 def test_every_bucketing_route_builds_the_numpy_table(rng, route, B, T, V, ids):
     import cupy
 
     BT = B * T
-    too_big = BT > layout.SCATTER_MAX_BT if route == "scatter" else not gpu_buckets.small_kernel_fits(BT, V)
-    if route in ("scatter", "small") and too_big:
+    if route is not None and route not in gpu_buckets.routes_for(BT, V):
         pytest.skip(f"route {route!r} does not take {BT} ids of {V}")
     inp = make_ids(ids, B, T, V=V, seed=rng) if ids != "real" else make_ids(ids, B, T, seed=rng)
     g_inp = cupy.asarray(inp)
@@ -94,7 +94,9 @@ def test_every_bucketing_route_builds_the_numpy_table(rng, route, B, T, V, ids):
 def test_dispatch_and_route_checks():
     import cupy
 
-    assert gpu_buckets.bucketing_route(1024, 50257) == "scatter"
+    assert gpu_buckets.bucketing_route(1024, 50257) == "small"
+    assert gpu_buckets.bucketing_route(1024, layout.SMALL_MAX_V + 1) == "scatter"
+    assert gpu_buckets.bucketing_route(1025, 50257) == "scatter"
     assert gpu_buckets.bucketing_route(layout.SCATTER_MAX_BT, 50257) == "scatter"
     assert gpu_buckets.bucketing_route(layout.SCATTER_MAX_BT + 1, 50257) == "cooperative"
     inp = cupy.zeros((1, layout.SCATTER_MAX_BT + 1), dtype=np.int32)
@@ -111,8 +113,8 @@ def test_dispatch_and_route_checks():
 def test_phase_times_cover_the_route(rng, route, B):
     import cupy
 
-    if route == "small" and not gpu_buckets.small_kernel_fits(B * 1024, 50257):
-        pytest.skip("the one-block kernel takes at most 8192 ids")
+    if route not in gpu_buckets.routes_for(B * 1024, 50257):
+        pytest.skip(f"route {route!r} does not take {B * 1024} ids")
     inp = cupy.asarray(make_ids("zipf", B, 1024, seed=rng))
     times = gpu_buckets.phase_times_us(inp, 768, bfloat16, 50257, repeats=3, route=route)
     phases = gpu_buckets.PHASES[route]
