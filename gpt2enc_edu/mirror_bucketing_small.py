@@ -1,11 +1,13 @@
 """Phase-by-phase NumPy twin of ``kernels/bucketing_small.cu``: the one-block bucket table of one sequence.
 
-Read it beside the kernel. Each function is one phase (the stretch that ``stop_after`` can end on) and keeps
-the kernel's data layout: one key per thread, the thread index ``i`` vectorised with ``np.arange``.
+Read it beside the kernel. Each function is one phase (the stretch that ``stop_after`` can end on) and works on
+the kernel's elements ``p`` (slots, segments or ranks; thread ``p // SMALL_KEYS`` holds element ``p``),
+vectorised with ``np.arange``. Where the kernel splits a scan into a per-thread part and a block part, the twin
+takes the one prefix sum that the two add up to.
 
 1. ``sort_positions``: keys ``(id << POS_BITS) | bt`` sorted by ``block_bitonic_sort``.
 2. ``find_segments``: one segment per distinct token; its first slot; each slot's segment.
-3. ``sort_tokens``: keys ``((SMALL_THREADS - count) << POS_BITS) | segment``, sorted the same way.
+3. ``sort_tokens``: keys ``((SMALL_MAX_BT - count) << POS_BITS) | segment``, sorted the same way.
 4. ``write_buckets``: each rank's start in ``bt_list`` and first unit (one scan of two packed fields), then
    its buckets and units.
 5. ``write_bt_list``: every sorted slot to its token's new start plus its place in the segment.
@@ -19,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from .buckets import BucketTable
-from .layout import CHUNK_ITEMS, SMALL_MAX_BT, SMALL_MAX_V, SMALL_THREADS, ceil_div, num_c_groups
+from .layout import CHUNK_ITEMS, SMALL_MAX_BT, SMALL_MAX_V, ceil_div, num_c_groups
 
 #: ``SMALL_POS_BITS``, ``SMALL_FIELD_BITS`` and ``SMALL_NO_KEY`` of the kernel.
 POS_BITS = 10
@@ -28,25 +30,21 @@ FIELD_BITS = 16
 NO_KEY = np.uint32(0xFFFFFFFF)
 
 
-def network_size(n: int) -> int:
-    """``network_size``: the smallest power of two >= n."""
-    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+def block_bitonic_sort(key: np.ndarray) -> np.ndarray:
+    """``block_bitonic_sort``: ``key[p]`` is element p's key (SMALL_MAX_BT of them); every compare-exchange step of
+    the network, in order.
 
-
-def block_bitonic_sort(key: np.ndarray, n: int) -> np.ndarray:
-    """``block_bitonic_sort``: ``key[i]`` is thread i's key; every compare-exchange step of the network, in order.
-
-    (Where j < WARP_SIZE the kernel swaps through a shuffle, elsewhere through shared memory: the same
-    ``key[i ^ j]`` either way.)
+    (The kernel finds the partner ``p ^ j`` in the same thread's registers for j < SMALL_KEYS, through a shuffle
+    for j < 128 and through shared memory above: the same ``key[p ^ j]`` each time.)
     """
-    i = np.arange(key.size)
+    p = np.arange(key.size)
     k = 2
-    while k <= n:
-        ascending = (i & k) == 0
+    while k <= key.size:
+        ascending = (p & k) == 0
         j = k >> 1
         while j > 0:
-            other = key[i ^ j]
-            lower = (i & j) == 0
+            other = key[p ^ j]
+            lower = (p & j) == 0
             key = np.where(lower == ascending, np.minimum(key, other), np.maximum(key, other))
             j >>= 1
         k <<= 1
@@ -54,33 +52,32 @@ def block_bitonic_sort(key: np.ndarray, n: int) -> np.ndarray:
 
 
 def sort_positions(inp: np.ndarray) -> np.ndarray:
-    """Phase 1: thread i's key after the sort (slot i), padding keys last."""
+    """Phase 1: element p's key after the sort (slot p), padding keys last."""
     flat = inp.reshape(-1).astype(np.uint32)
     BT = flat.size
-    key = np.full(SMALL_THREADS, NO_KEY, dtype=np.uint32)
+    key = np.full(SMALL_MAX_BT, NO_KEY, dtype=np.uint32)
     key[:BT] = (flat << np.uint32(POS_BITS)) | np.arange(BT, dtype=np.uint32)
-    return block_bitonic_sort(key, network_size(BT))
+    return block_bitonic_sort(key)
 
 
 def find_segments(key: np.ndarray, BT: int) -> tuple[np.ndarray, np.ndarray]:
     """Phase 2: ``seg_start`` (with ``seg_start[num_distinct] = BT``) and the segment of every slot < BT."""
-    i = np.arange(BT)
+    p = np.arange(BT)
     ids = key[:BT] >> np.uint32(POS_BITS)
-    head = (i == 0) | (ids != np.roll(ids, 1))
-    heads_before = np.cumsum(head) - head  # block_exclusive_sum
-    seg = heads_before + head - 1
-    seg_start = np.append(i[head], BT)
+    head = (p == 0) | (ids != np.roll(ids, 1))
+    seg = np.cumsum(head) - 1  # heads up to and including slot p, less one
+    seg_start = np.append(p[head], BT)
     return seg_start, seg
 
 
 def sort_tokens(seg_start: np.ndarray) -> np.ndarray:
-    """Phase 3: thread r's token key after the sort: the token of rank r (count descending, then id)."""
+    """Phase 3: element r's token key after the sort: the token of rank r (count descending, then id)."""
     num_distinct = seg_start.size - 1
     count = np.diff(seg_start).astype(np.uint32)
-    token_key = np.full(SMALL_THREADS, NO_KEY, dtype=np.uint32)
-    token_key[:num_distinct] = ((np.uint32(SMALL_THREADS) - count) << np.uint32(POS_BITS)) | np.arange(
+    token_key = np.full(SMALL_MAX_BT, NO_KEY, dtype=np.uint32)
+    token_key[:num_distinct] = ((np.uint32(SMALL_MAX_BT) - count) << np.uint32(POS_BITS)) | np.arange(
         num_distinct, dtype=np.uint32)
-    return block_bitonic_sort(token_key, network_size(num_distinct))
+    return block_bitonic_sort(token_key)
 
 
 def write_buckets(key, seg_start, token_key, groups: int):
@@ -88,7 +85,7 @@ def write_buckets(key, seg_start, token_key, groups: int):
     num_distinct = seg_start.size - 1
     ranked = token_key[:num_distinct]
     s = (ranked & POS_MASK).astype(np.int64)
-    count = SMALL_THREADS - (ranked >> np.uint32(POS_BITS)).astype(np.int64)
+    count = SMALL_MAX_BT - (ranked >> np.uint32(POS_BITS)).astype(np.int64)
     chunks = ceil_div(count, CHUNK_ITEMS)
     field = count | (chunks << FIELD_BITS)
     packed = np.cumsum(field) - field  # block_exclusive_sum of the packed fields
@@ -108,10 +105,10 @@ def write_buckets(key, seg_start, token_key, groups: int):
 
 
 def write_bt_list(key, seg_start, seg, seg_new_start, BT: int) -> np.ndarray:
-    """Phase 5: ``bt_list[seg_new_start[seg] + (i - seg_start[seg])] = bt of slot i``."""
-    i = np.arange(BT)
+    """Phase 5: ``bt_list[seg_new_start[seg] + (p - seg_start[seg])] = bt of slot p``."""
+    p = np.arange(BT)
     bt_list = np.empty(BT, dtype=np.int32)
-    bt_list[seg_new_start[seg] + (i - seg_start[seg])] = key[:BT] & POS_MASK
+    bt_list[seg_new_start[seg] + (p - seg_start[seg])] = key[:BT] & POS_MASK
     return bt_list
 
 

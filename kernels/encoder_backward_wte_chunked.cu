@@ -46,8 +46,6 @@
 #else
 #define CHUNKED_MIN_BLOCKS 8
 #endif
-// Rows of a chunk whose loads a lane issues before it adds them (a divisor of CHUNK_ITEMS).
-#define CHUNK_LOADS 1
 #define COMBINE_THREADS 128
 #define COMBINE_UNROLL 16
 
@@ -87,19 +85,11 @@ extern "C" __global__ void __launch_bounds__(WARP_SIZE* CHUNKED_WARPS_PER_BLOCK,
         // The chunk's items in order: accum = ((0 + d[item 0]) + d[item 1]) + ...
         float accum[x128::size];
         for (int k = 0; k < x128::size; k++) { accum[k] = 0.0f; }
-        // CHUNK_LOADS rows are loaded before any is added: their latencies overlap, the order of adds stays.
-        for (int first = 0; first < chunk_size; first += CHUNK_LOADS) {
-            x128 packed_dout[CHUNK_LOADS];
-#pragma unroll
-            for (int u = 0; u < CHUNK_LOADS; u++) {
-                int bt = __shfl_sync(0xffffffffu, my_bt, first + u);  // first + u < CHUNK_ITEMS: a lane
-                if (has_channels && first + u < chunk_size) { packed_dout[u] = load128cs(dout + bt * C + c); }
-            }
-#pragma unroll
-            for (int u = 0; u < CHUNK_LOADS; u++) {
-                if (has_channels && first + u < chunk_size) {
-                    for (int k = 0; k < x128::size; k++) { accum[k] += (float)packed_dout[u][k]; }
-                }
+        for (int item = 0; item < chunk_size; item++) {
+            int bt = __shfl_sync(0xffffffffu, my_bt, item);
+            if (has_channels) {
+                x128 packed_dout = load128cs(dout + bt * C + c);
+                for (int k = 0; k < x128::size; k++) { accum[k] += (float)packed_dout[k]; }
             }
         }
         if (!has_channels) { continue; }
@@ -134,6 +124,12 @@ extern "C" __global__ void __launch_bounds__(COMBINE_THREADS)
 
     // Four channels per thread: C / 4 threads share a token, each with COMBINE_UNROLL loads in flight.
     for (int c = threadIdx.x * 4; c < C; c += COMBINE_THREADS * 4) {
+        // The 4 old dwte values first, all at once: their latency overlaps the partials' loads. (Read one by
+        // one between the stores below, each load would wait for the store before it: the compiler cannot
+        // tell that they never alias.)
+        floatX* dwte_ix = dwte + ix * C + c;
+        floatX old[4];
+        for (int k = 0; k < 4; k++) { old[k] = dwte_ix[k]; }
         float4 total = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         for (int ch = 0; ch < num_chunks; ch += COMBINE_UNROLL) {
             float4 loaded[COMBINE_UNROLL];
@@ -157,12 +153,11 @@ extern "C" __global__ void __launch_bounds__(COMBINE_THREADS)
                 }
             }
         }
-        // Read-modify-write of 4 dwte elements (8 bytes for bf16, 16 for fp32).
-        floatX* dwte_ix = dwte + ix * C + c;
+        // Write back the 4 dwte elements (8 bytes for bf16, 16 for fp32).
         float sums[4] = {total.x, total.y, total.z, total.w};
         for (int k = 0; k < 4; k++) {
-            round_to_storage(sums[k] + (float)dwte_ix[k], &dwte_ix[k], (unsigned int)(ix * C + c + k),
-                             NOISE_STREAM_DWTE, seed);
+            round_to_storage(sums[k] + (float)old[k], &old[k], (unsigned int)(ix * C + c + k), NOISE_STREAM_DWTE, seed);
         }
+        for (int k = 0; k < 4; k++) { dwte_ix[k] = old[k]; }
     }
 }

@@ -6,7 +6,9 @@ For each batch size and id kind, in one GPU run, with the bench's ``GpuTimer`` (
   and its per-phase costs (``gpu_buckets.phase_times_us``);
 * the deterministic backward end to end (chunked and bucketed, ``bucketing="gpu"``) with each route forced, its
   dwte/dwpe bits against the same call with the table built on the CPU (the mirror's table);
-* the parts alone: the wpe kernel, and each wte kernel with a ready table, to see what overlaps.
+* the parts alone: the wpe kernel, and each wte kernel with a ready table, to see what overlaps;
+* another schedule of the chunked backward (the table alone first, then the wpe kernel beside the wte kernels),
+  its bits against the package's.
 
     python scripts/perf_probe.py --out DIR [--batches 1,8,64] [--kinds uniform,zipf,real] [--repeats 20]
 
@@ -18,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 
@@ -35,8 +36,6 @@ from gpt2enc_edu.bench.timer import GpuTimer, measure_copy_rate  # noqa: E402
 from gpt2enc_edu.problems import random_problem  # noqa: E402
 
 T, C, V = 1024, 768, 50257
-#: Variants of the chunked wte kernel timed beside the package's: (CHUNK_LOADS, CHUNKED_MIN_BLOCKS).
-CHUNK_VARIANTS = ((1, 8), (2, 6), (2, 4), (4, 6), (4, 4), (8, 4))
 RESULTS: list[dict] = []
 FAILURES: list[str] = []
 
@@ -103,31 +102,16 @@ def main() -> int:
         arrays = problem.on(cp)
         cp.cuda.Device().synchronize()
         return arrays
-    chunked_source = loader.kernel_source("encoder_backward_wte_chunked.cu")
-    package_variant = (int(re.search(r"#define CHUNK_LOADS (\d+)", chunked_source).group(1)), 8)
-    chunk_variants = {}
-    for loads, min_blocks in CHUNK_VARIANTS:  # rows in flight per lane, blocks per SM asked of the compiler
-        if (loads, min_blocks) == package_variant:
-            continue
-        source = chunked_source.replace("#define CHUNKED_MIN_BLOCKS 8", f"#define CHUNKED_MIN_BLOCKS {min_blocks}")
-        source = source.replace(f"#define CHUNK_LOADS {package_variant[0]}", f"#define CHUNK_LOADS {loads}")
-        module = loader.compile_source(source, enc.bfloat16, label=f"chunked loads={loads} min_blocks={min_blocks}")
-        chunk_variants[(loads, min_blocks)] = (
-            module.get_function("encoder_backward_wte_chunked_kernel"),
-            module.get_function("encoder_backward_wte_chunk_combine_kernel"),
-        )
-
-    def launch_chunked(chunk_fn, combine_fn, dwte, table, dout):
-        """``cuda.encoder_backward_wte_chunked`` with other compiled kernels."""
+    def chunk_kernel_only(dwte, table, dout):
+        """The first of ``cuda.encoder_backward_wte_chunked``'s two kernels, launched as it launches it."""
         BT = int(table.bt_list.shape[0])
-        partials = cuda._chunk_partials(BT, layout.num_c_groups(C, dout.dtype) * layout.c_per_group(dout.dtype))
         groups = layout.num_c_groups(C, dout.dtype)
-        loader.launch(chunk_fn, (layout.ceil_div(table.max_units, layout.CHUNKED_WARPS_PER_BLOCK), groups),
+        partials = cuda._chunk_partials(BT, groups * layout.c_per_group(dout.dtype))
+        kernel = loader.get_kernel("encoder_backward_wte_chunked.cu", "encoder_backward_wte_chunked_kernel", dout.dtype)
+        loader.launch(kernel, (layout.ceil_div(table.max_units, layout.CHUNKED_WARPS_PER_BLOCK), groups),
                       layout.WARP_SIZE * layout.CHUNKED_WARPS_PER_BLOCK,
                       (dwte, table.units, table.bt_list, dout, partials, table.num_units_device, np.int32(C),
                        np.uint32(5)))
-        loader.launch(combine_fn, min(table.max_units, gpu_buckets.max_multi_chunk_units(BT)), layout.COMBINE_THREADS,
-                      (dwte, table.units, partials, table.num_units_device, np.int32(C), np.uint32(5)))
 
     side, side_done, wpe_done = (cp.cuda.Stream(non_blocking=True, priority=cuda.HIGHEST_STREAM_PRIORITY),
                                  cp.cuda.Event(), cp.cuda.Event())
@@ -218,27 +202,14 @@ def main() -> int:
                 "chunked wte kernels, table ready",
                 t_us(lambda: cuda.encoder_backward_wte_chunked(g.dwte, table_dev, g.dout, C, 5)),
             )
+            record(B, kind, "chunked wte: the chunk kernel alone (no combine)", t_us(
+                lambda: chunk_kernel_only(g.dwte, table_dev, g.dout)))
             record(
                 B,
                 kind,
                 "bucketed wte kernel, table ready",
                 t_us(lambda: cuda.encoder_backward_wte_bucketed(g.dwte, table_dev, g.dout, C, 5)),
             )
-
-            # ---------------- chunked wte kernel variants (same order of adds, so the same bits)
-            base = upload(host)
-            with stream:
-                cuda.encoder_backward_wte_chunked(base.dwte, table_dev, base.dout, C, 5)
-            stream.synchronize()
-            for (loads, min_blocks), (chunk_fn, combine_fn) in chunk_variants.items():
-                trial = upload(host)
-                with stream:
-                    launch_chunked(chunk_fn, combine_fn, trial.dwte, table_dev, trial.dout)
-                stream.synchronize()
-                label = f"chunked variant loads={loads} min_blocks={min_blocks}"
-                check(compare.bitwise_equal(trial.dwte, base.dwte), f"B={B} {kind} {label} == chunked")
-                record(B, kind, label, t_us(lambda fns=(chunk_fn, combine_fn): launch_chunked(
-                    *fns, g.dwte, table_dev, g.dout)))
 
             # ---------------- another schedule: the table first, then the wpe kernel beside the wte kernels
             want, got = upload(host), upload(host)

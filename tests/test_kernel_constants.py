@@ -64,7 +64,8 @@ def test_noise_streams_match_rounding():
 
 def test_small_bucketing_constants_match():
     defines = _defines("bucketing_small.cu")
-    assert defines["SMALL_MAX_BT"] == layout.SMALL_MAX_BT == layout.SMALL_THREADS  # one key per thread
+    assert defines["SMALL_KEYS"] == layout.SMALL_KEYS
+    assert defines["SMALL_MAX_BT"] == layout.SMALL_MAX_BT == layout.SMALL_THREADS * layout.SMALL_KEYS
     assert 1 << defines["SMALL_POS_BITS"] == layout.SMALL_MAX_BT  # a position fits the key's low bits
     assert defines["SMALL_MAX_V"] == layout.SMALL_MAX_V == 1 << (32 - defines["SMALL_POS_BITS"])  # an id the rest
     assert (layout.SMALL_MAX_BT + 1) << defines["SMALL_FIELD_BITS"] < 2**31  # phase 4's packed scan fits an int
