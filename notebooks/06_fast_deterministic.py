@@ -57,7 +57,8 @@ import inspect
 import numpy as np
 from IPython.display import Markdown, display
 
-from gpt2enc_edu import bench, compare, layout, mirror_bucketing, mirror_bucketing_scatter, reference, tokens
+from gpt2enc_edu import (bench, compare, layout, mirror_bucketing, mirror_bucketing_scatter, mirror_bucketing_small,
+                         reference, tokens)
 from gpt2enc_edu.backend import to_numpy
 from gpt2enc_edu.course import measured, perthread, plots, timing_plots
 from gpt2enc_edu.loader import kernel_source
@@ -201,9 +202,19 @@ del p, results, cpu, ref, bound, chunked, bucketed, ulps
 #
 # The table itself is a sort: positions grouped by token, tokens by count descending, ties by id. llm.c does
 # it on the host with a hash map and `std::sort`; the package's NumPy route with NumPy sorts. On the GPU the
-# package builds the **same table, bit for bit,** with no host round trip. Up to 65,536 ids (B = 64 at
-# T = 1024) it takes the **scatter route** (`kernels/bucketing_scatter.cu`), which needs no sort of the
-# positions and no grid-wide barrier, because of two facts about this particular table:
+# package builds the **same table, bit for bit,** with no host round trip, by one of three routes
+# (`gpu_buckets.bucketing_route` picks by size).
+#
+# **One sequence (up to 1024 ids): one block** (`kernels/bucketing_small.cu`). With so few ids nothing is
+# limited by bandwidth; what costs is every launch and every barrier. One block of 256 threads holds four
+# keys per thread and sorts all 1024 of them twice with a bitonic network: first the keys (id, position),
+# which groups the positions by token in ascending order; then one key per distinct token, (1024 − count,
+# token), which is the bucket order. Of the network's 55 compare-exchange steps, 19 swap registers inside a
+# thread, 30 swap through warp shuffles, and only 6 need shared memory and a barrier. A scan of the counts
+# gives every token its start in `bt_list`. One launch in all.
+#
+# **Up to 65,536 ids (B = 64 at T = 1024): the scatter route** (`kernels/bucketing_scatter.cu`), which needs
+# no sort of the positions and no grid-wide barrier, because of two facts about this particular table:
 #
 # * **Most tokens are seen at most 32 times.** Give each such count its own *class*. The bucket order puts
 #   the few *big* tokens (seen more often) first, then the classes 32, 31, …, 1, ids ascending inside a class.
@@ -221,18 +232,19 @@ del p, results, cpu, ref, bound, chunked, bucketed, ulps
 # scatter positions, sort each range. The package replays them as one CUDA graph (the ids are first copied
 # into the graph's own buffer), so the host pays for two calls instead of seven launches.
 #
-# Above 65,536 ids the package takes the **cooperative kernel** (`kernels/bucketing.cu`): the same table from
-# two stable radix sorts (tokens by count class, positions by their token's rank) in one cooperative launch,
-# whose phases are separated by about twenty grid-wide barriers (`grid.sync()`, legal because a cooperative
-# launch keeps every block resident). The one-block kernel `bucketing_small.cu` (a shared-memory radix sort)
-# is kept by name (`gpu_buckets.build_bucket_table_gpu(..., route="small")`).
+# **Above 65,536 ids: the cooperative kernel** (`kernels/bucketing.cu`): the same table from two stable radix
+# sorts (tokens by count class, positions by their token's rank) in one cooperative launch, whose phases are
+# separated by about twenty grid-wide barriers (`grid.sync()`, legal because a cooperative launch keeps every
+# block resident). Any route that takes a batch can be asked for by name
+# (`gpu_buckets.build_bucket_table_gpu(..., route=...)`).
 #
 # **No host sync.** The table's size stays on the GPU (`counters`); the wte kernel is launched for an upper
 # bound of buckets or units and reads the real count itself. The host never waits.
 #
 # What the classes look like for the B = 8 real-text batch of this notebook, and the NumPy twins (kernel by
-# kernel: `gpt2enc_edu.mirror_bucketing_scatter`; phase by phase: `gpt2enc_edu.mirror_bucketing`) against
-# `make_buckets`; on a GPU, the default route too:
+# kernel: `gpt2enc_edu.mirror_bucketing_scatter`; phase by phase: `gpt2enc_edu.mirror_bucketing` and, on the
+# batch's first sequence, `gpt2enc_edu.mirror_bucketing_small`) against `make_buckets`; on a GPU, the default
+# route too:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -242,15 +254,20 @@ big = counts > layout.CHUNK_ITEMS
 print(f"{int((counts > 0).sum())} distinct tokens: {int(big.sum())} big ones ({int(counts[big].sum())} of the "
       f"{ids.size} positions), the rest in classes 1..32 by count:")
 print("  tokens per class:", {c: int((counts == c).sum()) for c in (1, 2, 3, 4, 8, 16, 32)}, "...")
-for name, twin in (("scatter route", mirror_bucketing_scatter.bucketing_scatter(ids, C, enc.bfloat16, V)),
-                   ("cooperative kernel", mirror_bucketing.bucketing_kernel(ids, C, enc.bfloat16, V, num_blocks=4))):
+first_sequence = ids[:1]
+for name, twin, want in (
+        ("scatter route", mirror_bucketing_scatter.bucketing_scatter(ids, C, enc.bfloat16, V), table),
+        ("cooperative kernel", mirror_bucketing.bucketing_kernel(ids, C, enc.bfloat16, V, num_blocks=4), table),
+        ("one-block kernel (first sequence)", mirror_bucketing_small.bucketing_small_kernel(first_sequence, C,
+                                                                                            enc.bfloat16, V),
+         enc.make_buckets(first_sequence, C, enc.bfloat16))):
     print(f"twin of the {name} == make_buckets:",
-          all(np.array_equal(getattr(twin, f), getattr(table, f)) for f in ("info", "bt_list", "units")))
+          all(np.array_equal(getattr(twin, f), getattr(want, f)) for f in ("info", "bt_list", "units")))
 device_table = enc.make_buckets(xp.asarray(ids), C, enc.bfloat16, V=V)
 host_copy = device_table.to_host() if xp is not np else device_table
 print("make_buckets on this backend == make_buckets with NumPy:",
       all(np.array_equal(getattr(host_copy, f), getattr(table, f)) for f in ("info", "bt_list", "units")))
-del counts, big
+del counts, big, first_sequence, twin, want
 
 # %% [markdown]
 # ## 6. What the table costs, phase by phase
@@ -266,11 +283,12 @@ print(phases["source"] if phases else "no GPU here and no committed numbers in d
 fig = timing_plots.bucketing_phases(phases)
 
 # %% [markdown]
-# *Figure: the GPU bucket table's time split by phase: the scatter route at B = 1 and B = 64, and the
-# cooperative kernel at B = 64, each with its whole time in grey.*
+# *Figure: the GPU bucket table's time split by phase: the one-block kernel and the scatter route at B = 1, the
+# scatter route and the cooperative kernel at B = 64, each with its whole time in grey.*
 #
 # At **B = 1** there are 1024 ids, 4 KB: no step is limited by bandwidth. Each of the scatter route's kernels
-# costs one to four microseconds, most of it the latency of a launch and of a few dependent loads. At
+# costs one to four microseconds, most of it the latency of a launch and of a few dependent loads; the
+# one-block kernel pays one launch, and its two sorts are most of its time. At
 # **B = 64** (65,536 ids) the cooperative kernel spends most of its time in the two stable sorts and the scans,
 # each a chain of grid-wide barriers; the scatter route does the same job in about half the time: its
 # largest steps are the per-token sorts and the atomics of the counting and scattering kernels, none of them

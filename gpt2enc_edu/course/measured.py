@@ -116,10 +116,11 @@ def measure_forward_versions(cupy, batches=FORWARD_BATCHES, repeats: int = 50) -
             "repeats": repeats, "rows": rows}
 
 
-def measure_bucketing_phases(cupy, runs=((1, "scatter"), (64, "scatter"), (64, "cooperative")),
+def measure_bucketing_phases(cupy, runs=((1, "small"), (1, "scatter"), (64, "scatter"), (64, "cooperative")),
                              repeats: int = 20) -> dict:
     """The GPU bucket table, phase by phase (``gpu_buckets.phase_times_us``), for each (batch size, route): the
-    scatter route (the default up to 65,536 ids) and, for comparison, the cooperative kernel."""
+    default routes (the one-block kernel for one sequence, the scatter route up to 65,536 ids) and, for
+    comparison, the scatter route at B = 1 and the cooperative kernel at B = 64."""
     measured = []
     for B, route in runs:
         inp = cupy.asarray(make_ids("real", B, T, seed=0))
