@@ -7,8 +7,8 @@ For each batch size and id kind, in one GPU run, with the bench's ``GpuTimer`` (
 * the deterministic backward end to end (chunked and bucketed, ``bucketing="gpu"``) with each route forced, its
   dwte/dwpe bits against the same call with the table built on the CPU (the mirror's table);
 * the parts alone: the wpe kernel, and each wte kernel with a ready table, to see what overlaps;
-* another schedule of the chunked backward (the table alone first, then the wpe kernel beside the wte kernels),
-  its bits against the package's.
+* other schedules of the backward (the table alone first, then the wpe kernel beside the wte kernels; the table
+  and the wte kernels on one stream with the wpe kernel beside them), their bits against the package's.
 
     python scripts/perf_probe.py --out DIR [--batches 1,8,64] [--kinds uniform,zipf,real] [--repeats 20]
 
@@ -117,6 +117,21 @@ def main() -> int:
                                  cp.cuda.Event(), cp.cuda.Event())
     start_side = cp.cuda.Event()
 
+    low_side = cp.cuda.Stream(non_blocking=True)  # the default priority, as the caller's stream has
+
+    def wpe_beside(g, B, seed, method="chunked"):
+        """Another schedule: the table and then the wte kernel(s) on the caller's stream (no event between them),
+        the wpe kernel beside them on a side stream of the same priority, joined at the end."""
+        start_side.record(stream)
+        low_side.wait_event(start_side)
+        with low_side:
+            cuda.encoder_backward_wpe(g.dwpe, g.dout, B, T, C, seed)
+            wpe_done.record(low_side)
+        table = gpu_buckets.build_bucket_table_gpu(g.inp, C, enc.bfloat16, V)
+        wte = cuda.encoder_backward_wte_chunked if method == "chunked" else cuda.encoder_backward_wte_bucketed
+        wte(g.dwte, table, g.dout, C, seed)
+        stream.wait_event(wpe_done)
+
     def table_first(g, B, seed):
         """Another schedule of the chunked backward: the table alone first, then the wpe kernel beside the wte
         kernels (the package runs the table beside the wpe kernel, then the wte kernels)."""
@@ -222,6 +237,17 @@ def main() -> int:
                   f"B={B} {kind} table-first schedule == the package's")
             record(B, kind, "backward chunked e2e, table first then wpe beside wte", t_us(
                 lambda: table_first(g, B, 5)), "backward", distinct)
+            for method in ("chunked", "bucketed"):
+                want, got = upload(host), upload(host)
+                with stream:
+                    enc.encoder_backward(want.dwte, want.dwpe, want.dout, want.inp, seed=99, method=method,
+                                         bucketing="gpu")
+                    wpe_beside(got, B, 99, method)
+                stream.synchronize()
+                check(compare.bitwise_equal(got.dwte, want.dwte) and compare.bitwise_equal(got.dwpe, want.dwpe),
+                      f"B={B} {kind} {method}: wpe-beside schedule == the package's")
+                record(B, kind, f"backward {method} e2e, table then wte on one stream, wpe beside", t_us(
+                    lambda method=method: wpe_beside(g, B, 5, method)), "backward", distinct)
 
             # ---------------- end to end, each route forced; bits against the CPU-built table
             for method in ("chunked", "bucketed"):
