@@ -48,3 +48,16 @@ def test_refuses_what_the_kernel_does_not_take():
         twin.bucketing_small_kernel(np.zeros(1025, dtype=np.int32), 64, bfloat16, 10)
     with pytest.raises(ValueError):
         twin.bucketing_small_kernel(np.zeros(4, dtype=np.int32), 64, bfloat16, 2**22 + 1)
+
+
+def test_routes_for_lists_the_routes_that_take_a_batch():
+    """``gpu_buckets.routes_for`` (no GPU needed): the one-block kernel only for one sequence of ids that fit its
+    keys, the scatter route up to its limit, the cooperative kernel always; the default is the first."""
+    from gpt2enc_edu import gpu_buckets, layout
+
+    assert gpu_buckets.routes_for(1, 1) == ("small", "scatter", "cooperative")
+    assert gpu_buckets.routes_for(1024, layout.SMALL_MAX_V) == ("small", "scatter", "cooperative")
+    assert gpu_buckets.routes_for(1024, layout.SMALL_MAX_V + 1) == ("scatter", "cooperative")
+    assert gpu_buckets.routes_for(1025, 50257) == ("scatter", "cooperative")
+    assert gpu_buckets.routes_for(layout.SCATTER_MAX_BT + 1, 50257) == ("cooperative",)
+    assert [gpu_buckets.bucketing_route(bt, 50257) for bt in (1024, 1025, 65537)] == ["small", "scatter", "cooperative"]
