@@ -183,7 +183,8 @@ def test_gpu_scatter_route_replays_its_graph_with_new_ids(B, V):
             with stream:
                 for call in range(4):
                     inp = _ids("zipf" if call % 2 else "uniform", B, 1024, V, rng)
-                    got = gpu_buckets.build_bucket_table_gpu(cupy.asarray(inp), 768, bfloat16, V).to_host()
+                    got = gpu_buckets.build_bucket_table_gpu(cupy.asarray(inp), 768, bfloat16, V,
+                                                             route="scatter").to_host()
                     assert _same_table(got, buckets.build_bucket_table(inp, 768, bfloat16)), f"call {call}"
                 ws = next(w for k, w in gpu_buckets._workspaces.items() if k[1] == stream.ptr)
                 assert ws.graph is not None  # the later calls did replay a graph
@@ -204,7 +205,7 @@ def test_gpu_scatter_route_one_graph_per_dtype():
     try:
         for dtype, C in ((bfloat16, 256), (bfloat16, 256), (np.float32, 128), (np.float32, 128), (np.float32, 128)):
             inp = _ids("zipf", 2, 500, 700, rng)
-            got = gpu_buckets.build_bucket_table_gpu(cupy.asarray(inp), C, dtype, 700).to_host()
+            got = gpu_buckets.build_bucket_table_gpu(cupy.asarray(inp), C, dtype, 700, route="scatter").to_host()
             assert _same_table(got, buckets.build_bucket_table(inp, C, dtype))
         assert len(gpu_buckets._workspaces) == 2
     finally:
