@@ -4,7 +4,7 @@
 into device buffers, by one of three routes (``ROUTES``; ``bucketing_route`` says which one it takes):
 
 * ``"small"`` (B*T <= ``SMALL_MAX_BT`` = 1024 ids, V <= ``SMALL_MAX_V``): ``bucketing_small_kernel``
-  (``kernels/bucketing_small.cu``), one block, one launch, two bitonic sorts of one key per thread;
+  (``kernels/bucketing_small.cu``), one block, one launch, two bitonic sorts of 1024 keys (four per thread);
 * ``"scatter"`` (B*T <= ``SCATTER_MAX_BT`` ids): six short kernels of ``kernels/bucketing_scatter.cu``, no sort
   of the positions and no grid-wide barrier;
 * ``"cooperative"`` (larger batches): one cooperative ``bucketing_kernel`` (``kernels/bucketing.cu``), one block
@@ -183,8 +183,8 @@ def _grid_size(cupy, BT: int, V: int) -> int:
 
 
 def small_kernel_fits(BT: int, V: int) -> bool:
-    """Whether the one-block kernel takes BT ids of a vocabulary of V (one id per thread, id and position in
-    32 bits; its 36 KB of static shared memory fit every supported GPU)."""
+    """Whether the one-block kernel takes BT ids of a vocabulary of V (at most 1024 ids, each id and its
+    position in one 32-bit key; its 37 KB of static shared memory fit every supported GPU)."""
     return BT <= SMALL_MAX_BT and V <= SMALL_MAX_V
 
 

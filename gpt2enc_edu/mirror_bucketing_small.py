@@ -123,4 +123,3 @@ def bucketing_small_kernel(inp: np.ndarray, C: int, dtype, V: int) -> BucketTabl
     seg_new_start, info, units, _ = write_buckets(key, seg_start, token_key, num_c_groups(C, dtype))
     bt_list = write_bt_list(key, seg_start, seg, seg_new_start, BT)
     return BucketTable(info=info, bt_list=bt_list, units=units, C=C, dtype=np.dtype(dtype))
-
