@@ -83,7 +83,9 @@ __device__ void block_bitonic_sort(unsigned int (&key)[SMALL_KEYS], unsigned int
             unsigned int other[SMALL_KEYS];
             if (j < SMALL_WARP_SPAN) {
 #pragma unroll
-                for (int q = 0; q < SMALL_KEYS; q++) { other[q] = __shfl_xor_sync(0xffffffffu, key[q], j / SMALL_KEYS); }
+                for (int q = 0; q < SMALL_KEYS; q++) {
+                    other[q] = __shfl_xor_sync(0xffffffffu, key[q], j / SMALL_KEYS);
+                }
             } else {
                 unsigned int* step = buf + parity * SMALL_MAX_BT;
                 parity ^= 1;
