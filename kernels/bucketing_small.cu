@@ -9,11 +9,11 @@
 // the sorting steps plain register swaps and lets 8 warps, not 32, share the SM's issue slots.
 //
 // The sort (block_bitonic_sort) is a bitonic network over all 1024 elements (padding keys sort last): rounds
-// k = 2, 4, ..., 1024, and in each round steps j = k/2, ..., 1 that compare-exchange elements p and p ^ j (the lower index keeps the
-// smaller key where (p & k) == 0, the larger elsewhere). The partner is in the same thread for j < 4 (a
-// register swap), in the same warp for j < 128 (a __shfl_xor_sync, no barrier), in another warp only for the
-// 6 steps with j >= 128 (shared memory, one __syncthreads each; two buffers alternate so a step's writes never
-// meet the reads of the step before). Every key is unique, so the sorted order has one answer.
+// k = 2, 4, ..., 1024, and in each round steps j = k/2, ..., 1 that compare-exchange elements p and p ^ j (the
+// lower index keeps the smaller key where (p & k) == 0, the larger elsewhere). The partner is in the same thread
+// for j < 4 (a register swap), in the same warp for j < 128 (a __shfl_xor_sync, no barrier), in another warp only
+// for the 6 steps with j >= 128 (shared memory, one __syncthreads each; two buffers alternate so a step's writes
+// never meet the reads of the step before). Every key is unique, so the sorted order has one answer.
 //
 // Phases (`stop_after` = k > 0 ends the kernel after phase k, < 0 at once; gpt2enc_edu.gpu_buckets.phase_times_us
 // times these truncated runs):
@@ -53,7 +53,7 @@
 #define SMALL_COUNTER_NUM_BUCKETS 3
 #define SMALL_COUNTER_NUM_UNITS 4
 
-// Order keys a < b as the direction asks: ascending keeps the smaller one first.
+// Put the pair (a, b) in the order the direction asks: ascending leaves the smaller key in a.
 __device__ void compare_exchange(unsigned int& a, unsigned int& b, bool ascending) {
     unsigned int lo = min(a, b), hi = max(a, b);
     a = ascending ? lo : hi;
