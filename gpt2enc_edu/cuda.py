@@ -75,62 +75,92 @@ def _chunk_partials(BT: int, C_padded: int):
     return _partials_cache[key]
 
 
-def encoder_backward_wte_chunked(dwte, table, dout, C: int, seed: int) -> None:
-    """The chunk kernel (finishes single-chunk tokens), then the combine kernel (multi-chunk tokens)."""
-    file_name = "encoder_backward_wte_chunked.cu"
-    chunk_kernel = get_kernel(file_name, "encoder_backward_wte_chunked_kernel", dout.dtype)
-    combine_kernel = get_kernel(file_name, "encoder_backward_wte_chunk_combine_kernel", dout.dtype)
-    table = to_device(table)
+#: The chunk kernel asks L2 for a chunk's dout rows before it sums them when dout takes at most this share of the
+#: L2 cache. On an H200 (50 MB of L2) that was faster at B=1 and B=8 (dout 1.6 and 12.6 MB) and slower at B=64
+#: (101 MB), where the prefetched lines push each other out (docs/performance.md, part 4).
+PREFETCH_MAX_L2_SHARE = 0.25
+
+
+def prefetch_rows(dout_nbytes: int, l2_bytes: int) -> bool:
+    """Whether the chunk kernel prefetches its rows: dout is at most ``PREFETCH_MAX_L2_SHARE`` of the L2 cache."""
+    return dout_nbytes <= PREFETCH_MAX_L2_SHARE * l2_bytes
+
+
+_l2_bytes: dict = {}
+
+
+def _l2_cache_bytes() -> int:
+    """The current device's L2 cache size (read once per device: reading all attributes costs host time)."""
+    cupy = cupy_module()
+    device = cupy.cuda.Device()
+    if device.id not in _l2_bytes:
+        _l2_bytes[device.id] = int(device.attributes["L2CacheSize"])
+    return _l2_bytes[device.id]
+
+
+def _launch_chunk_kernel(dwte, table, dout, C: int, seed: int):
+    """The first of the chunked method's two kernels (it finishes single-chunk tokens); returns the partials."""
+    kernel = get_kernel("encoder_backward_wte_chunked.cu", "encoder_backward_wte_chunked_kernel", dout.dtype)
     BT = int(table.bt_list.shape[0])
     partials = _chunk_partials(BT, num_c_groups(C, dout.dtype) * c_per_group(dout.dtype))
+    prefetch = prefetch_rows(dout.nbytes, _l2_cache_bytes())
     grid = (ceil_div(table.max_units, CHUNKED_WARPS_PER_BLOCK), num_c_groups(C, dout.dtype))  # (units, groups)
-    launch(chunk_kernel, grid, WARP_SIZE * CHUNKED_WARPS_PER_BLOCK,
-           (dwte, table.units, table.bt_list, dout, partials, table.num_units_device, np.int32(C), np.uint32(seed)))
+    launch(kernel, grid, WARP_SIZE * CHUNKED_WARPS_PER_BLOCK,
+           (dwte, table.units, table.bt_list, dout, partials, table.num_units_device, np.int32(C), np.uint32(seed),
+            np.int32(prefetch)))
+    return partials
+
+
+def encoder_backward_wte_chunked(dwte, table, dout, C: int, seed: int) -> None:
+    """The chunk kernel (finishes single-chunk tokens), then the combine kernel (multi-chunk tokens)."""
+    table = to_device(table)
+    partials = _launch_chunk_kernel(dwte, table, dout, C, seed)
+    combine_kernel = get_kernel("encoder_backward_wte_chunked.cu", "encoder_backward_wte_chunk_combine_kernel",
+                                dout.dtype)
+    BT = int(table.bt_list.shape[0])
     launch(combine_kernel, min(table.max_units, max_multi_chunk_units(BT)), COMBINE_THREADS,
            (dwte, table.units, partials, table.num_units_device, np.int32(C), np.uint32(seed)))
 
 
 _side_streams: dict = {}
-#: Lower numbers mean higher priority; CUDA clamps a number below the device's range to its highest priority.
-HIGHEST_STREAM_PRIORITY = -(2**31)
 
 
 def _side_stream(main):
-    """A second stream (and two events) paired with ``main``, for the GPU bucketing to run beside the wpe kernel.
-
-    It has the device's highest priority: the table is a chain of short kernels that the wte kernel waits for,
-    while the wpe kernel streams dout with every SM it can get. With the higher priority, each table kernel's
-    blocks are scheduled as soon as wpe blocks retire instead of queueing behind the rest of the wpe grid.
-    """
+    """A second stream (and two events) paired with ``main``, for the wpe kernel to run beside the table and the
+    wte kernels. Its priority is the default one, as the caller's stream's usually is: the wpe kernel is not on
+    the critical path, and a higher priority would let its blocks go before the wte kernel's."""
     cupy = cupy_module()
     key = (cupy.cuda.Device().id, main.ptr)
     if key not in _side_streams:
-        _side_streams[key] = (cupy.cuda.Stream(non_blocking=True, priority=HIGHEST_STREAM_PRIORITY),
-                              cupy.cuda.Event(disable_timing=True), cupy.cuda.Event(disable_timing=True))
+        _side_streams[key] = (cupy.cuda.Stream(non_blocking=True), cupy.cuda.Event(disable_timing=True),
+                              cupy.cuda.Event(disable_timing=True))
     return _side_streams[key]
 
 
 def encoder_backward_deterministic_gpu_bucketing(dwte, dwpe, dout, inp, B: int, T: int, C: int, V: int,
                                                  seed: int, *, chunked: bool) -> None:
-    """wpe kernel and GPU bucketing side by side, then the wte kernel: no host round trip, no host sync.
+    """The GPU bucketing and then the wte kernel on the caller's stream, the wpe kernel beside them on a side
+    stream: no host round trip, no host sync.
 
-    The table is a chain of short, latency-bound steps, while the wpe kernel streams dout: on two streams they
-    overlap (the table's stream has the higher priority). Events order everything without the host:
-    the side stream starts after all work already queued on the caller's stream (the ids are ready, and
-    the previous call's wte kernel is done with the reused table buffers), and the wte kernel waits for
-    the table.
+    The wte kernel needs the table, the wpe kernel needs neither: the chain table -> wte is the critical path,
+    and it runs on the caller's stream with no event between its kernels. Events order the rest without the
+    host: the side stream starts after all work already queued on the caller's stream (dout is ready, and an
+    earlier call's wpe kernel is done), and the caller's stream waits for the wpe kernel at the end, so that
+    whatever it runs next sees dwpe. (Measured on an H200 against the schedule before, the table beside the
+    wpe kernel and then the wte kernel: 0.5-2 us faster at B=1 and B=8, 4-6 us at B=64; docs/performance.md,
+    part 4.)
     """
     cupy = cupy_module()
     main = cupy.cuda.get_current_stream()
-    side, inputs_ready, table_ready = _side_stream(main)
+    side, inputs_ready, wpe_done = _side_stream(main)
     inputs_ready.record(main)
     side.wait_event(inputs_ready)
     with side:
-        table = build_bucket_table_gpu(inp, C, dout.dtype, V)
-        table_ready.record(side)
-    encoder_backward_wpe(dwpe, dout, B, T, C, seed)
-    main.wait_event(table_ready)
+        encoder_backward_wpe(dwpe, dout, B, T, C, seed)
+        wpe_done.record(side)
+    table = build_bucket_table_gpu(inp, C, dout.dtype, V)
     (encoder_backward_wte_chunked if chunked else encoder_backward_wte_bucketed)(dwte, table, dout, C, seed)
+    main.wait_event(wpe_done)
 
 
 _fp32_scratch: dict = {}

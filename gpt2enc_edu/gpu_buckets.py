@@ -4,7 +4,7 @@
 into device buffers, by one of three routes (``ROUTES``; ``bucketing_route`` says which one it takes):
 
 * ``"small"`` (B*T <= ``SMALL_MAX_BT`` = 1024 ids, V <= ``SMALL_MAX_V``): ``bucketing_small_kernel``
-  (``kernels/bucketing_small.cu``), one block, one launch, two bitonic sorts of 1024 keys (four per thread);
+  (``kernels/bucketing_small.cu``), one block, one launch, two bitonic sorts of 1024 keys (two per thread);
 * ``"scatter"`` (B*T <= ``SCATTER_MAX_BT`` ids): six short kernels of ``kernels/bucketing_scatter.cu``, no sort
   of the positions and no grid-wide barrier;
 * ``"cooperative"`` (larger batches): one cooperative ``bucketing_kernel`` (``kernels/bucketing.cu``), one block

@@ -103,8 +103,8 @@ def scatter_max_big(BT: int) -> int:
 #: The one-block bucketing kernel of one sequence (``kernels/bucketing_small.cu``): its block, the elements each
 #: thread holds (``SMALL_KEYS``), the most ids it sorts (``SMALL_MAX_BT``) and the largest vocabulary whose ids
 #: fit its 32-bit keys beside a 10-bit position (``SMALL_MAX_V``).
-SMALL_THREADS = 256
-SMALL_KEYS = 4
+SMALL_THREADS = 512
+SMALL_KEYS = 2
 SMALL_MAX_BT = SMALL_THREADS * SMALL_KEYS
 SMALL_MAX_V = 1 << 22
 

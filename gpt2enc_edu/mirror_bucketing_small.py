@@ -35,7 +35,7 @@ def block_bitonic_sort(key: np.ndarray) -> np.ndarray:
     the network, in order.
 
     (The kernel finds the partner ``p ^ j`` in the same thread's registers for j < SMALL_KEYS, through a shuffle
-    for j < 128 and through shared memory above: the same ``key[p ^ j]`` each time.)
+    for j < 32 * SMALL_KEYS and through shared memory above: the same ``key[p ^ j]`` each time.)
     """
     p = np.arange(key.size)
     k = 2

@@ -4,16 +4,21 @@
 // same bits). At B = 1 fixed costs are everything: the scatter route is seven dependent steps of 1-4 us each,
 // so this kernel builds the whole table in one block, in registers and shared memory, with two sorts.
 //
-// Layout: SMALL_THREADS = 256 threads, SMALL_KEYS = 4 consecutive elements per thread (thread i holds
-// elements 4i .. 4i+3: slots, segments or ranks, depending on the phase). Holding four keys makes a quarter of
-// the sorting steps plain register swaps and lets 8 warps, not 32, share the SM's issue slots.
+// Layout: SMALL_THREADS = 512 threads, SMALL_KEYS = 2 consecutive elements per thread (thread i holds
+// elements 2i and 2i+1: slots, segments or ranks, depending on the phase). The kernel runs on one SM and is
+// bound by how fast its warps can issue dependent steps, so the split is a trade: more keys per thread turn more
+// sorting steps into register swaps and keep more steps inside a warp, fewer keys give the SM more warps to
+// switch between while a shuffle or a barrier is pending. On an H200 the whole kernel took 8.8 / 7.9 / 7.7 us
+// (uniform / Zipf / real ids, as graph replays) with 256 threads x 4 keys, 7.5 / 6.6 / 6.3 us with 512 x 2 and
+// 8.9 / 8.4 / 8.2 us with 1024 x 1 (docs/performance.md, part 4).
 //
 // The sort (block_bitonic_sort) is a bitonic network over all 1024 elements (padding keys sort last): rounds
 // k = 2, 4, ..., 1024, and in each round steps j = k/2, ..., 1 that compare-exchange elements p and p ^ j (the
-// lower index keeps the smaller key where (p & k) == 0, the larger elsewhere). The partner is in the same thread
-// for j < 4 (a register swap), in the same warp for j < 128 (a __shfl_xor_sync, no barrier), in another warp only
-// for the 6 steps with j >= 128 (shared memory, one __syncthreads each; two buffers alternate so a step's writes
-// never meet the reads of the step before). Every key is unique, so the sorted order has one answer.
+// lower index keeps the smaller key where (p & k) == 0, the larger elsewhere). Of the 55 steps, the partner is in
+// the same thread for the 10 with j = 1 (a register swap), in the same warp for the 35 with 2 <= j < 64 (a
+// __shfl_xor_sync, no barrier), in another warp only for the 10 with j >= 64 (shared memory, one __syncthreads
+// each; two buffers alternate so a step's writes never meet the reads of the step before). Every key is unique,
+// so the sorted order has one answer.
 //
 // Phases (`stop_after` = k > 0 ends the kernel after phase k, < 0 at once; gpt2enc_edu.gpu_buckets.phase_times_us
 // times these truncated runs):
@@ -31,8 +36,8 @@
 // Requires 1 <= BT <= SMALL_MAX_BT and ids < SMALL_MAX_V (checked by the package). counters as in bucketing.cu.
 #include "common.cuh"
 
-#define SMALL_THREADS 256
-#define SMALL_KEYS 4
+#define SMALL_THREADS 512
+#define SMALL_KEYS 2
 // A key: a position bt < SMALL_MAX_BT in its low SMALL_POS_BITS bits, an id < SMALL_MAX_V = 2^(32 -
 // SMALL_POS_BITS) in the high bits. SMALL_NO_KEY (padding) sorts after every real key.
 #define SMALL_MAX_BT 1024
@@ -60,7 +65,7 @@ __device__ void compare_exchange(unsigned int& a, unsigned int& b, bool ascendin
     b = ascending ? hi : lo;
 }
 
-// Sort the block's SMALL_MAX_BT elements ascending. Thread i passes the keys of elements 4i .. 4i+3 in key[] and
+// Sort the block's SMALL_MAX_BT elements ascending. Thread i passes the keys of its SMALL_KEYS elements in key[] and
 // gets the keys of those ranks back; unused elements hold SMALL_NO_KEY and sort last. Every thread calls it.
 // The network is the same for every call, so it is unrolled completely: every k, j and direction below is a
 // constant for the compiler, and a step costs a few instructions. buf: 2 * SMALL_MAX_BT words of shared memory,
@@ -95,7 +100,7 @@ __device__ void block_bitonic_sort(unsigned int (&key)[SMALL_KEYS], unsigned int
 #pragma unroll
                 for (int q = 0; q < SMALL_KEYS; q++) { other[q] = step[(first + q) ^ j]; }
             }
-            bool keep_min = ((first & j) == 0) == ((first & k) == 0);  // the same for the thread's 4 elements
+            bool keep_min = ((first & j) == 0) == ((first & k) == 0);  // the same for all of the thread's elements
 #pragma unroll
             for (int q = 0; q < SMALL_KEYS; q++) { key[q] = keep_min ? min(key[q], other[q]) : max(key[q], other[q]); }
         }
@@ -114,7 +119,7 @@ extern "C" __global__ void __launch_bounds__(SMALL_THREADS)
     __shared__ int scratch[WARP_SIZE + 1];
     __shared__ int num_classes;
     if (stop_after < 0) { return; }  // an empty run: what the launch alone costs
-    int first = threadIdx.x * SMALL_KEYS;  // elements first .. first + 3 are this thread's in every phase
+    int first = threadIdx.x * SMALL_KEYS;  // elements first .. first + SMALL_KEYS - 1 are this thread's, every phase
 
     // Phase 1: positions sorted by token id (bt ascending inside a token). Padding keys sort last.
     unsigned int key[SMALL_KEYS];
@@ -189,8 +194,13 @@ extern "C" __global__ void __launch_bounds__(SMALL_THREADS)
             int s = (int)(token_key[q] & SMALL_POS_MASK);
             int start = packed & ((1 << SMALL_FIELD_BITS) - 1);
             int ix = (int)(sorted[seg_start[s]] >> SMALL_POS_BITS);
+            int first_unit = packed >> SMALL_FIELD_BITS;
             seg_new_start[s] = start;
-            rank_row[r] = make_int4(start, count[q], ix, packed >> SMALL_FIELD_BITS);
+            rank_row[r] = make_int4(start, count[q], ix, first_unit);  // for the bucket rows below
+            // Its units: one per chunk (one for every token seen at most 32 times).
+            for (int chunk = 0; chunk < chunks[q]; chunk++) {
+                units[first_unit + chunk] = make_int4(ix, chunk, start, count[q]);
+            }
         }
         packed += count[q] | (chunks[q] << SMALL_FIELD_BITS);
     }
@@ -203,20 +213,10 @@ extern "C" __global__ void __launch_bounds__(SMALL_THREADS)
         counters[SMALL_COUNTER_NUM_BUCKETS] = num_distinct * num_c_groups;
         counters[SMALL_COUNTER_NUM_UNITS] = fields_total >> SMALL_FIELD_BITS;
     }
-    // Bucket rows: thread i writes rows i, i + 256, ..., so a warp stores 512 contiguous bytes.
+    // Bucket rows: thread i writes rows i, i + SMALL_THREADS, ..., so a warp stores 512 contiguous bytes.
     for (int row = threadIdx.x; row < num_distinct * num_c_groups; row += SMALL_THREADS) {
         int4 ranked = rank_row[row / num_c_groups];
         bucket_info[row] = make_int4(ranked.x, ranked.y, ranked.z, row % num_c_groups);
-    }
-    // Units: the chunks of each rank (one for all but the tokens seen more than 32 times).
-#pragma unroll
-    for (int q = 0; q < SMALL_KEYS; q++) {
-        if (chunks[q] > 0) {  // a real rank
-            int4 ranked = rank_row[first + q];
-            for (int chunk = 0; chunk < chunks[q]; chunk++) {
-                units[ranked.w + chunk] = make_int4(ranked.z, chunk, ranked.x, ranked.y);
-            }
-        }
     }
     if (stop_after == 4) { return; }
 

@@ -4,6 +4,7 @@
 //   floatX                 the storage dtype: __nv_bfloat16 (default) or float (compile with -DENC_FP32)
 //   Packed128<T>, x128     16 bytes of elements (8 bf16 or 4 fp32): one 128-bit load/store per thread
 //   load128 / load128cs    plain and streaming ("evict first") 16-byte loads
+//   prefetch_l2            ask L2 for a range of bytes without waiting for it
 //   store128 / store128cs  plain and streaming 16-byte stores
 //   squirrel_noise5        a cheap, good-quality integer hash (Squirrel Eiserloh's SquirrelNoise5)
 //   noise_2d               SquirrelNoise5 over a 2-D position, for one random number per (element, tensor)
@@ -69,6 +70,20 @@ __device__ void store128(ElementType* target, Packed128<ElementType> value) {
 template <class ElementType>
 __device__ void store128cs(ElementType* target, Packed128<ElementType> value) {
     __stcs(reinterpret_cast<int4*>(target), value.get_bits());
+}
+
+// Ask L2 for the 128-byte lines of [begin, end) and go on at once: a prefetch holds no register and nothing
+// waits for it. For a chain of reads whose order is fixed, it lets the lines arrive while the chain walks.
+// From sm_80 on the lines are marked "evict last", so that other traffic does not push them out first.
+__device__ __forceinline__ void prefetch_l2(const void* begin, const void* end) {
+    for (size_t line = reinterpret_cast<size_t>(begin) & ~(size_t)127; line < reinterpret_cast<size_t>(end);
+         line += 128) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+        asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(line));
+#else
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+#endif
+    }
 }
 
 // ----------------------------------------------------------------------------------------------------------

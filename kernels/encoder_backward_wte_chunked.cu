@@ -15,7 +15,9 @@
 //   encoder_backward_wte_chunked_kernel: one warp per (unit, channel group). A single-chunk token (most of
 //     them) is finished here: read-modify-write of dwte. A multi-chunk token's warps store their partials.
 //     grid = (CEIL_DIV(max_units, CHUNKED_WARPS_PER_BLOCK), num_groups), block = WARP_SIZE * CHUNKED_WARPS_PER_BLOCK
-//     kernel(dwte, units, bt_list, dout, partials, num_units, C, seed)
+//     kernel(dwte, units, bt_list, dout, partials, num_units, C, seed, prefetch_rows)
+//     prefetch_rows (0 or 1): ask L2 for a chunk's dout rows before summing them (see the kernel; the package
+//     sets it where dout fits easily in L2, gpt2enc_edu.cuda.prefetch_rows).
 //     num_groups = CEIL_DIV(C, WARP_SIZE * x128::size): 3 for C = 768 in bf16. blockIdx.y is the group (a grid
 //     with fewer rows is still right: each warp then walks groups blockIdx.y, blockIdx.y + gridDim.y, ...).
 //   encoder_backward_wte_chunk_combine_kernel: one block per multi-chunk token, one thread per 4 channels,
@@ -51,7 +53,8 @@
 
 extern "C" __global__ void __launch_bounds__(WARP_SIZE* CHUNKED_WARPS_PER_BLOCK, CHUNKED_MIN_BLOCKS)
     encoder_backward_wte_chunked_kernel(floatX* dwte, const int4* units, const int* bt_list, const floatX* dout,
-                                        float* partials, const int* num_units, int C, unsigned int seed) {
+                                        float* partials, const int* num_units, int C, unsigned int seed,
+                                        int prefetch_rows) {
     int warp_id = threadIdx.x / WARP_SIZE;
     int lane_id = threadIdx.x % WARP_SIZE;
     int unit = blockIdx.x * CHUNKED_WARPS_PER_BLOCK + warp_id;
@@ -73,6 +76,17 @@ extern "C" __global__ void __launch_bounds__(WARP_SIZE* CHUNKED_WARPS_PER_BLOCK,
     bool single_chunk = num_chunks == 1;
     // One coalesced load of the chunk's positions (lane i holds item i); shuffles hand them to every lane.
     int my_bt = lane_id < chunk_size ? bt_list[token_start + chunk_first + lane_id] : 0;
+    // The sum below reads the chunk's rows one after another (its order is fixed), and each read that misses L2
+    // waits a full memory latency: a token seen 32 times waited 32 of them. Lane i asks L2 for item i's row first,
+    // so the reads below find it there. Worth it only where dout fits easily in L2: on an H200 the chunk kernels
+    // took 18.1 instead of 23.4 us at B=1 on Zipf ids and 24.8 instead of 30.5 at B=8, but 85.7 instead of 74.5
+    // at B=64, where the prefetched lines push each other out (docs/performance.md, part 4).
+    if (prefetch_rows && chunk_size > 1 && lane_id < chunk_size) {
+        for (int g = blockIdx.y; g < num_groups; g += gridDim.y) {
+            const floatX* row = dout + my_bt * C;
+            prefetch_l2(row + g * c_per_warp, row + min((g + 1) * c_per_warp, C));
+        }
+    }
 
     // Channel group blockIdx.y (the package launches one grid row per group; a smaller grid walks the rest).
     for (int g = blockIdx.y; g < num_groups; g += gridDim.y) {

@@ -435,7 +435,7 @@ print("shuffled bucket order, same dwte bits:", compare.bitwise_equal(on.dwte, r
 # 4. **Overlap.** llm.c launches the wpe kernel **first**, so the GPU works on `dwpe` while the CPU builds
 #    the buckets. The package's CPU route queues the wpe kernel first too, but with CuPy ids it must then
 #    copy the ids to the host, and that copy waits behind the wpe kernel: the overlap is lost. The GPU route
-#    runs the wpe kernel and the bucketing kernel side by side, on two streams, with no host work at all.
+#    runs the wpe kernel beside the bucketing and the wte kernel, on two streams, with no host work at all.
 # 5. **The ids on the host.** llm.c's `encoder_backward` takes `inputs_cpu`: the training loop already holds
 #    the ids on the host, so its bucketing costs no device-to-host copy. A CuPy caller here has the ids on the
 #    GPU only, which is why the GPU-built table (notebook 06) matters.

@@ -206,11 +206,11 @@ del p, results, cpu, ref, bound, chunked, bucketed, ulps
 # (`gpu_buckets.bucketing_route` picks by size).
 #
 # **One sequence (up to 1024 ids): one block** (`kernels/bucketing_small.cu`). With so few ids nothing is
-# limited by bandwidth; what costs is every launch and every barrier. One block of 256 threads holds four
+# limited by bandwidth; what costs is every launch and every barrier. One block of 512 threads holds two
 # keys per thread and sorts all 1024 of them twice with a bitonic network: first the keys (id, position),
 # which groups the positions by token in ascending order; then one key per distinct token, (1024 − count,
-# token), which is the bucket order. Of the network's 55 compare-exchange steps, 19 swap registers inside a
-# thread, 30 swap through warp shuffles, and only 6 need shared memory and a barrier. A scan of the counts
+# token), which is the bucket order. Of the network's 55 compare-exchange steps, 10 swap registers inside a
+# thread, 35 swap through warp shuffles, and only 10 need shared memory and a barrier. A scan of the counts
 # gives every token its start in `bt_list`. One launch in all.
 #
 # **Up to 65,536 ids (B = 64 at T = 1024): the scatter route** (`kernels/bucketing_scatter.cu`), which needs

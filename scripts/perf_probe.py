@@ -8,7 +8,8 @@ For each batch size and id kind, in one GPU run, with the bench's ``GpuTimer`` (
   dwte/dwpe bits against the same call with the table built on the CPU (the mirror's table);
 * the parts alone: the wpe kernel, and each wte kernel with a ready table, to see what overlaps;
 * other schedules of the backward (the table alone first, then the wpe kernel beside the wte kernels; the table
-  and the wte kernels on one stream with the wpe kernel beside them), their bits against the package's.
+  beside the wpe kernel, then the wte kernels), their bits against the package's (which runs the table and the
+  wte kernels on the caller's stream and the wpe kernel beside them).
 
     python scripts/perf_probe.py --out DIR [--batches 1,8,64] [--kinds uniform,zipf,real] [--repeats 20]
 
@@ -30,7 +31,7 @@ if str(ROOT) not in sys.path:
 import numpy as np  # noqa: E402
 
 import gpt2enc_edu as enc  # noqa: E402
-from gpt2enc_edu import buckets, compare, cuda, gpu_buckets, layout, loader  # noqa: E402
+from gpt2enc_edu import buckets, compare, cuda, gpu_buckets, layout  # noqa: E402
 from gpt2enc_edu.bench.floor import distinct_ids, minimal_bytes  # noqa: E402
 from gpt2enc_edu.bench.timer import GpuTimer, measure_copy_rate  # noqa: E402
 from gpt2enc_edu.problems import random_problem  # noqa: E402
@@ -104,37 +105,30 @@ def main() -> int:
         return arrays
     def chunk_kernel_only(dwte, table, dout):
         """The first of ``cuda.encoder_backward_wte_chunked``'s two kernels, launched as it launches it."""
-        BT = int(table.bt_list.shape[0])
-        groups = layout.num_c_groups(C, dout.dtype)
-        partials = cuda._chunk_partials(BT, groups * layout.c_per_group(dout.dtype))
-        kernel = loader.get_kernel("encoder_backward_wte_chunked.cu", "encoder_backward_wte_chunked_kernel", dout.dtype)
-        loader.launch(kernel, (layout.ceil_div(table.max_units, layout.CHUNKED_WARPS_PER_BLOCK), groups),
-                      layout.WARP_SIZE * layout.CHUNKED_WARPS_PER_BLOCK,
-                      (dwte, table.units, table.bt_list, dout, partials, table.num_units_device, np.int32(C),
-                       np.uint32(5)))
+        cuda._launch_chunk_kernel(dwte, table, dout, C, 5)
 
-    side, side_done, wpe_done = (cp.cuda.Stream(non_blocking=True, priority=cuda.HIGHEST_STREAM_PRIORITY),
+    #: Lower numbers mean higher priority; CUDA clamps a number below the device's range to its highest priority.
+    highest_priority = -(2**31)
+    side, side_done, wpe_done = (cp.cuda.Stream(non_blocking=True, priority=highest_priority),
                                  cp.cuda.Event(), cp.cuda.Event())
     start_side = cp.cuda.Event()
 
-    low_side = cp.cuda.Stream(non_blocking=True)  # the default priority, as the caller's stream has
-
-    def wpe_beside(g, B, seed, method="chunked"):
-        """Another schedule: the table and then the wte kernel(s) on the caller's stream (no event between them),
-        the wpe kernel beside them on a side stream of the same priority, joined at the end."""
+    def table_beside_wpe_then_wte(g, B, seed, method="chunked"):
+        """Another schedule (the package's before part 4): the table on a side stream of the highest priority,
+        beside the wpe kernel on the caller's stream, then the wte kernel(s) on the caller's stream."""
         start_side.record(stream)
-        low_side.wait_event(start_side)
-        with low_side:
-            cuda.encoder_backward_wpe(g.dwpe, g.dout, B, T, C, seed)
-            wpe_done.record(low_side)
-        table = gpu_buckets.build_bucket_table_gpu(g.inp, C, enc.bfloat16, V)
+        side.wait_event(start_side)
+        with side:
+            table = gpu_buckets.build_bucket_table_gpu(g.inp, C, enc.bfloat16, V)
+            side_done.record(side)
+        cuda.encoder_backward_wpe(g.dwpe, g.dout, B, T, C, seed)
+        stream.wait_event(side_done)
         wte = cuda.encoder_backward_wte_chunked if method == "chunked" else cuda.encoder_backward_wte_bucketed
         wte(g.dwte, table, g.dout, C, seed)
-        stream.wait_event(wpe_done)
 
     def table_first(g, B, seed):
         """Another schedule of the chunked backward: the table alone first, then the wpe kernel beside the wte
-        kernels (the package runs the table beside the wpe kernel, then the wte kernels)."""
+        kernels."""
         start_side.record(stream)
         side.wait_event(start_side)
         with side:
@@ -158,7 +152,7 @@ def main() -> int:
                 f"auto route {auto_route(B * T, V)}",
                 flush=True,
             )
-            # ---------------- overlap: the table and the wpe kernel alone, then side by side as the backward runs them
+            # ---------------- overlap: the table and the wpe kernel alone, then side by side (as before part 4)
             def table_beside_wpe():
                 start_side.record(stream)
                 side.wait_event(start_side)
@@ -242,12 +236,12 @@ def main() -> int:
                 with stream:
                     enc.encoder_backward(want.dwte, want.dwpe, want.dout, want.inp, seed=99, method=method,
                                          bucketing="gpu")
-                    wpe_beside(got, B, 99, method)
+                    table_beside_wpe_then_wte(got, B, 99, method)
                 stream.synchronize()
                 check(compare.bitwise_equal(got.dwte, want.dwte) and compare.bitwise_equal(got.dwpe, want.dwpe),
-                      f"B={B} {kind} {method}: wpe-beside schedule == the package's")
-                record(B, kind, f"backward {method} e2e, table then wte on one stream, wpe beside", t_us(
-                    lambda method=method: wpe_beside(g, B, 5, method)), "backward", distinct)
+                      f"B={B} {kind} {method}: table-beside-wpe schedule == the package's")
+                record(B, kind, f"backward {method} e2e, table beside wpe, then wte", t_us(
+                    lambda method=method: table_beside_wpe_then_wte(g, B, 5, method)), "backward", distinct)
 
             # ---------------- end to end, each route forced; bits against the CPU-built table
             for method in ("chunked", "bucketed"):

@@ -127,6 +127,31 @@ def test_phase_times_cover_the_route(rng, route, B):
     assert np.array_equal(table.bt_list, enc.make_buckets(inp.get(), 768, bfloat16).bt_list)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_chunked_kernel_prefetch_keeps_the_bits(rng, monkeypatch, dtype, prefetch):
+    """Prefetching a chunk's rows into L2 (on for small batches, off for large ones) only moves data earlier: the
+    chunked method gives the mirror's bits either way, on tokens of one chunk and of many (Zipf ids)."""
+    import cupy
+
+    monkeypatch.setattr(cuda, "prefetch_rows", lambda dout_nbytes, l2_bytes: prefetch)
+    p = random_problem(3, 512, 776 if dtype == bfloat16 else 132, 50257, 512, dtype=dtype, ids="zipf", rng=rng)
+    seed = int(rng.integers(2**32))
+    cpu, gpu = p.on(np), p.on(cupy)
+    enc.encoder_backward(cpu.dwte, cpu.dwpe, cpu.dout, cpu.inp, seed=seed, method="chunked")
+    enc.encoder_backward(gpu.dwte, gpu.dwpe, gpu.dout, gpu.inp, seed=seed, method="chunked", bucketing="gpu")
+    assert compare.bitwise_equal(gpu.dwte, cpu.dwte)
+    assert compare.bitwise_equal(gpu.dwpe, cpu.dwpe)
+
+
+def test_prefetch_rows_up_to_a_quarter_of_l2():
+    l2 = 50 * 2**20  # an H200's L2
+    gpt2 = lambda B: B * 1024 * 768 * 2  # noqa: E731  (bf16 dout of B GPT-2 sequences)
+    assert cuda.prefetch_rows(gpt2(1), l2) and cuda.prefetch_rows(gpt2(8), l2)
+    assert not cuda.prefetch_rows(gpt2(64), l2)
+    assert cuda.prefetch_rows(l2 // 4, l2) and not cuda.prefetch_rows(l2 // 4 + 1, l2)
+
+
 def test_atomic_fp32_touches_only_the_batch_rows(rng):
     import cupy
 

@@ -178,7 +178,7 @@ def plot_breakdown(rows, *, fig=None, meta=None):
     wte kernel; chunked on the left, bucketed on the right) and the whole call as a black marker.
 
     The pieces are timed one at a time: a stack taller than its marker means the call overlaps pieces (the
-    bucketing runs beside the wpe kernel), a shorter one that the call pays for gaps between them.
+    wpe kernel runs beside the table and the wte kernel), a shorter one that the call pays for gaps between them.
     """
     rows = list(rows)
     if not has_breakdown(rows):
