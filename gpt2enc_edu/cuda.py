@@ -76,7 +76,7 @@ def _chunk_partials(BT: int, C_padded: int):
 
 
 #: The chunk kernel asks L2 for a chunk's dout rows before it sums them when dout takes at most this share of the
-#: L2 cache. On an H200 (50 MB of L2) that was faster at B=1 and B=8 (dout 1.6 and 12.6 MB) and slower at B=64
+#: L2 cache. On an H200 (60 MB of L2) that was faster at B=1 and B=8 (dout 1.6 and 12.6 MB) and slower at B=64
 #: (101 MB), where the prefetched lines push each other out (docs/performance.md, part 4).
 PREFETCH_MAX_L2_SHARE = 0.25
 
