@@ -45,18 +45,23 @@ def test_forward_version_refuses_unknown():
         cuda.encoder_forward_version(4, None, None, None, None, 1, 1, 8)
 
 
+def assert_gpu_backward_gives_the_mirrors_bits(p, method: str, rng) -> None:
+    """``method`` with the GPU-built table on CuPy copies of ``p``, against the mirror on NumPy copies, same seed."""
+    import cupy
+
+    seed = int(rng.integers(2**32))
+    cpu, gpu = p.on(np), p.on(cupy)
+    enc.encoder_backward(cpu.dwte, cpu.dwpe, cpu.dout, cpu.inp, seed=seed, method=method)
+    enc.encoder_backward(gpu.dwte, gpu.dwpe, gpu.dout, gpu.inp, seed=seed, method=method, bucketing="gpu")
+    assert compare.bitwise_equal(gpu.dwte, cpu.dwte)
+    assert compare.bitwise_equal(gpu.dwpe, cpu.dwpe)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("V", [1, 3, 9, 300])  # buckets of thousands, of 1..8+ items, of one item
 def test_bucketed_method_bitwise(rng, dtype, V):
-    import cupy
-
     p = random_problem(4, 64, 776 if dtype == bfloat16 else 132, V, 64, dtype=dtype, rng=rng)
-    seed = int(rng.integers(2**32))
-    cpu, gpu = p.on(np), p.on(cupy)
-    enc.encoder_backward(cpu.dwte, cpu.dwpe, cpu.dout, cpu.inp, seed=seed, method="bucketed")
-    enc.encoder_backward(gpu.dwte, gpu.dwpe, gpu.dout, gpu.inp, seed=seed, method="bucketed", bucketing="gpu")
-    assert compare.bitwise_equal(gpu.dwte, cpu.dwte)
-    assert compare.bitwise_equal(gpu.dwpe, cpu.dwpe)
+    assert_gpu_backward_gives_the_mirrors_bits(p, "bucketed", rng)
 
 
 def test_default_method_is_chunked(rng):
@@ -132,16 +137,9 @@ def test_phase_times_cover_the_route(rng, route, B):
 def test_chunked_kernel_prefetch_keeps_the_bits(rng, monkeypatch, dtype, prefetch):
     """Prefetching a chunk's rows into L2 (on for small batches, off for large ones) only moves data earlier: the
     chunked method gives the mirror's bits either way, on tokens of one chunk and of many (Zipf ids)."""
-    import cupy
-
     monkeypatch.setattr(cuda, "prefetch_rows", lambda dout_nbytes, l2_bytes: prefetch)
     p = random_problem(3, 512, 776 if dtype == bfloat16 else 132, 50257, 512, dtype=dtype, ids="zipf", rng=rng)
-    seed = int(rng.integers(2**32))
-    cpu, gpu = p.on(np), p.on(cupy)
-    enc.encoder_backward(cpu.dwte, cpu.dwpe, cpu.dout, cpu.inp, seed=seed, method="chunked")
-    enc.encoder_backward(gpu.dwte, gpu.dwpe, gpu.dout, gpu.inp, seed=seed, method="chunked", bucketing="gpu")
-    assert compare.bitwise_equal(gpu.dwte, cpu.dwte)
-    assert compare.bitwise_equal(gpu.dwpe, cpu.dwpe)
+    assert_gpu_backward_gives_the_mirrors_bits(p, "chunked", rng)
 
 
 def test_prefetch_rows_up_to_a_quarter_of_l2():
