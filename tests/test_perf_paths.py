@@ -2,8 +2,9 @@
 
 Forward versions 1-3 give the mirror's bits; the bucketed wte kernel (idle warps leave, a named barrier counts
 the busy ones) gives the mirror's bits for buckets of every size; both bucketing kernels (one block for small
-batches, the cooperative one) give the NumPy table; ``phase_times_us`` accounts for the whole kernel; the fp32
-atomic backward touches only the batch's rows and stays within the fp32 error bound over repeated calls.
+batches, the cooperative one) give the NumPy table; ``phase_times_us`` accounts for the whole kernel; the chunked
+method gives the mirror's bits with and without its L2 prefetch; the fp32 atomic backward touches only the batch's
+rows and stays within the fp32 error bound over repeated calls.
 """
 
 from __future__ import annotations
