@@ -113,9 +113,9 @@ def main() -> int:
                                  cp.cuda.Event(), cp.cuda.Event())
     start_side = cp.cuda.Event()
 
-    def table_beside_wpe_then_wte(g, B, seed, method="chunked"):
-        """Another schedule (the package's before part 4): the table on a side stream of the highest priority,
-        beside the wpe kernel on the caller's stream, then the wte kernel(s) on the caller's stream."""
+    def table_beside_wpe(g, B, seed):
+        """The table on a side stream of the highest priority beside the wpe kernel on the caller's stream, which
+        then waits for the table (the first half of the package's schedule before part 4); returns the table."""
         start_side.record(stream)
         side.wait_event(start_side)
         with side:
@@ -123,6 +123,12 @@ def main() -> int:
             side_done.record(side)
         cuda.encoder_backward_wpe(g.dwpe, g.dout, B, T, C, seed)
         stream.wait_event(side_done)
+        return table
+
+    def table_beside_wpe_then_wte(g, B, seed, method="chunked"):
+        """Another schedule (the package's before part 4): ``table_beside_wpe``, then the wte kernel(s) on the
+        caller's stream."""
+        table = table_beside_wpe(g, B, seed)
         wte = cuda.encoder_backward_wte_chunked if method == "chunked" else cuda.encoder_backward_wte_bucketed
         wte(g.dwte, table, g.dout, C, seed)
 
@@ -153,20 +159,11 @@ def main() -> int:
                 flush=True,
             )
             # ---------------- overlap: the table and the wpe kernel alone, then side by side (as before part 4)
-            def table_beside_wpe():
-                start_side.record(stream)
-                side.wait_event(start_side)
-                with side:
-                    gpu_buckets.build_bucket_table_gpu(g.inp, C, enc.bfloat16, V)
-                    side_done.record(side)
-                cuda.encoder_backward_wpe(g.dwpe, g.dout, B, T, C, 5)
-                stream.wait_event(side_done)
-
             record(B, kind, "overlap: table alone", t_us(lambda: gpu_buckets.build_bucket_table_gpu(
                 g.inp, C, enc.bfloat16, V)))
             record(B, kind, "overlap: wpe kernel alone", t_us(lambda: cuda.encoder_backward_wpe(
                 g.dwpe, g.dout, B, T, C, 5)))
-            record(B, kind, "overlap: table beside the wpe kernel", t_us(table_beside_wpe))
+            record(B, kind, "overlap: table beside the wpe kernel", t_us(lambda: table_beside_wpe(g, B, 5)))
             record(B, kind, "overlap: chunked backward end to end", t_us(lambda: enc.encoder_backward(
                 g.dwte, g.dwpe, g.dout, g.inp, seed=5, method="chunked", bucketing="gpu", check_ids=False)))
             if args.overlap_only:
