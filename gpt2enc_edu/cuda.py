@@ -60,7 +60,8 @@ def encoder_backward_wte_bucketed(dwte, table, dout, C: int, seed: int) -> None:
     kernel = get_kernel("encoder_backward_wte_bucketed.cu", "encoder_backward_wte_bucketed_kernel", dout.dtype)
     table = to_device(table)
     launch(kernel, table.max_buckets, WTE_BLOCK_SIZE,
-           (dwte, table.info, table.bt_list, dout, table.num_buckets_device, np.int32(C), np.uint32(seed)))
+           (dwte, table.info, table.bt_list, dout, table.num_buckets_device, np.int32(C), np.uint32(seed)),
+           after_kernel=True)
 
 
 _partials_cache: dict = {}
@@ -107,7 +108,7 @@ def _launch_chunk_kernel(dwte, table, dout, C: int, seed: int):
     grid = (ceil_div(table.max_units, CHUNKED_WARPS_PER_BLOCK), num_c_groups(C, dout.dtype))  # (units, groups)
     launch(kernel, grid, WARP_SIZE * CHUNKED_WARPS_PER_BLOCK,
            (dwte, table.units, table.bt_list, dout, partials, table.num_units_device, np.int32(C), np.uint32(seed),
-            np.int32(prefetch)))
+            np.int32(prefetch)), after_kernel=True)
     return partials
 
 
@@ -119,7 +120,7 @@ def encoder_backward_wte_chunked(dwte, table, dout, C: int, seed: int) -> None:
                                 dout.dtype)
     BT = int(table.bt_list.shape[0])
     launch(combine_kernel, min(table.max_units, max_multi_chunk_units(BT)), COMBINE_THREADS,
-           (dwte, table.units, partials, table.num_units_device, np.int32(C), np.uint32(seed)))
+           (dwte, table.units, partials, table.num_units_device, np.int32(C), np.uint32(seed)), after_kernel=True)
 
 
 _side_streams: dict = {}

@@ -243,8 +243,8 @@ def _launch_scatter(cupy, inp, BT: int, V: int, groups: int, dtype, ws, stop_aft
          (ws.bt_list, ws.info, np.int32(groups), ws.big_unit_starts, ws.class_bases, ws.units, ws.counters,
           np.int32(BT), np.int32(big_blocks))),
     )
-    for name, grid, block, args in launches[: steps - 1]:
-        launch(kernel(name), grid, block, args)
+    for step, (name, grid, block, args) in enumerate(launches[: steps - 1]):
+        launch(kernel(name), grid, block, args, after_kernel=step > 0)  # kernel 1 follows the memset
 
 
 def _launch_scatter_graph(cupy, inp, BT: int, V: int, groups: int, dtype, ws) -> None:

@@ -8,13 +8,19 @@
 * ``compile_source`` compiles any source text with the same options (the course compiles a learner's
   kernel through it, so it sees exactly the headers and flags of the real one).
 * Every launch goes through ``launch``, which refuses an empty grid and surfaces launch errors as
-  ``RuntimeError``.
+  ``RuntimeError``. ``launch(..., after_kernel=True)`` launches a kernel as a *programmatic dependent* of the
+  kernel before it on the stream (sm_90 and newer; see ``launch``), through the driver's ``cuLaunchKernelEx``,
+  which CuPy does not expose.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import struct
 from pathlib import Path
+
+import numpy as np
 
 from .layout import dtype_name
 from .rounding import bfloat16, float32
@@ -119,10 +125,23 @@ def get_kernel(file_name: str, kernel_name: str, dtype):
     return _module(file_name, dtype_name(dtype)).get_function(kernel_name)
 
 
-def launch(kernel, grid, block: int, args: tuple, *, shared_mem: int = 0) -> None:
+#: Launch kernels marked ``after_kernel`` as programmatic dependents where the GPU can (sm_90 and newer). Tests
+#: and the probe turn it off to check that the bits do not depend on it and to time what it gains.
+PROGRAMMATIC_LAUNCH = True
+
+
+def launch(kernel, grid, block: int, args: tuple, *, shared_mem: int = 0, after_kernel: bool = False) -> None:
     """Launch with a checked configuration; launch failures become RuntimeError naming the kernel.
 
     ``grid`` is a number of blocks, or a tuple ``(x, y)`` for a 2-D grid.
+
+    ``after_kernel=True`` (for a kernel that follows another kernel on the same stream and calls
+    ``wait_for_previous_grid()`` from ``common.cuh`` before it reads anything that kernel wrote): launch it as a
+    programmatic dependent (CUDA's programmatic dependent launch). Its blocks may then be scheduled as soon as
+    every block of the kernel before it has called ``allow_next_grid()`` (or exited), and they wait inside, so the
+    usual gap of about a microsecond between two kernels is spent while the first still runs. The order of every
+    read and write stays as with a plain launch, so the bits do too. Below sm_90, or with ``PROGRAMMATIC_LAUNCH``
+    off, it is a plain launch (and the two device calls do nothing).
 
     (Errors inside a running kernel surface at the next synchronising call, as CUDA reports them. Kernels
     of ``COOPERATIVE_FILES`` are launched cooperatively, which fails here if the grid cannot be co-resident.)
@@ -132,6 +151,100 @@ def launch(kernel, grid, block: int, args: tuple, *, shared_mem: int = 0) -> Non
     if min(grid) <= 0 or block <= 0:
         raise RuntimeError(f"refusing to launch {name} with grid={grid}, block={block}")
     try:
-        kernel(grid, (block,), args, shared_mem=shared_mem)
+        if after_kernel and PROGRAMMATIC_LAUNCH and _programmatic_launch_supported():
+            _launch_programmatic(kernel, grid, block, args, shared_mem)
+        else:
+            kernel(grid, (block,), args, shared_mem=shared_mem)
     except Exception as exc:  # cupy.cuda.driver.CUDADriverError and friends
         raise RuntimeError(f"launch of {name} failed (grid={grid}, block={block}): {exc}") from exc
+
+
+_programmatic_support: dict = {}
+
+
+def _programmatic_launch_supported() -> bool:
+    """Whether the current device runs programmatic dependent launches (compute capability 9.0 and newer)."""
+    cupy = cupy_module()
+    device = cupy.cuda.Device()
+    if device.id not in _programmatic_support:
+        _programmatic_support[device.id] = int(device.compute_capability) >= 90
+    return _programmatic_support[device.id]
+
+
+# cuLaunchKernelEx's structures (cuda.h): CUlaunchAttribute is a 4-byte id, 4 bytes of padding and a 64-byte
+# union; CUlaunchConfig is the grid, the block, the dynamic shared memory, the stream and the attributes.
+_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+
+
+class _LaunchAttribute(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_int * 16)]
+
+
+class _LaunchConfig(ctypes.Structure):
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared_mem", ctypes.c_uint),
+                ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(_LaunchAttribute)), ("num_attrs", ctypes.c_uint)]
+
+
+#: Scalar kernel arguments the launcher takes, by NumPy type: their ``struct`` format in an 8-byte slot (the
+#: package passes sizes as int32 and seeds as uint32).
+_SCALAR_FORMATS = {np.dtype(np.int32): "i4x", np.dtype(np.uint32): "I4x", np.dtype(np.float32): "f4x",
+                   np.dtype(np.int64): "q", np.dtype(np.uint64): "Q"}
+
+
+def _kernel_params(args: tuple):
+    """cuLaunchKernelEx's ``void* params[]``: the arguments' values, one 8-byte slot each (a device address, or a
+    scalar's bytes at the start of its slot), and an array of the slots' addresses. Returns (slots, addresses):
+    both must stay alive until the launch call returns (the driver copies the values then)."""
+    formats, values = ["<"], []
+    for arg in args:
+        if isinstance(arg, np.generic) and arg.dtype in _SCALAR_FORMATS:
+            formats.append(_SCALAR_FORMATS[arg.dtype])
+            values.append(arg.item())
+        elif hasattr(arg, "data") and hasattr(arg.data, "ptr"):  # a CuPy array: its device address
+            formats.append("Q")
+            values.append(arg.data.ptr)
+        else:
+            raise TypeError(f"cannot pass a {type(arg).__name__} to a kernel launched after another; give a CuPy "
+                            f"array or a NumPy scalar of one of {sorted(str(d) for d in _SCALAR_FORMATS)}")
+    count = max(len(args), 1)
+    slots = ctypes.create_string_buffer(struct.pack("".join(formats), *values), 8 * count)
+    base = ctypes.addressof(slots)
+    addresses = ctypes.create_string_buffer(struct.pack(f"<{count}Q", *range(base, base + 8 * count, 8)), 8 * count)
+    return slots, addresses
+
+
+@functools.lru_cache(maxsize=None)
+def _driver():
+    """libcuda's cuLaunchKernelEx and cuGetErrorString (CuPy has loaded the library already)."""
+    lib = ctypes.CDLL("libcuda.so.1")
+    lib.cuLaunchKernelEx.argtypes = [ctypes.POINTER(_LaunchConfig), ctypes.c_void_p, ctypes.c_void_p,
+                                     ctypes.c_void_p]
+    lib.cuLaunchKernelEx.restype = ctypes.c_int
+    lib.cuGetErrorString.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+    lib.cuGetErrorString.restype = ctypes.c_int
+    return lib
+
+
+#: The one attribute of every programmatic launch (cuLaunchKernelEx copies it), and configurations by shape.
+_PROGRAMMATIC = _LaunchAttribute(id=_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
+_PROGRAMMATIC.value[0] = 1  # programmaticStreamSerializationAllowed
+_configs: dict = {}
+
+
+def _launch_programmatic(kernel, grid: tuple, block: int, args: tuple, shared_mem: int) -> None:
+    """``kernel`` on the current stream with the programmatic-stream-serialization attribute set."""
+    cupy = cupy_module()
+    key = (grid, block, shared_mem, cupy.cuda.get_current_stream().ptr)
+    config = _configs.get(key)
+    if config is None:
+        grid3 = (grid + (1, 1))[:3]
+        config = _configs[key] = _LaunchConfig((ctypes.c_uint * 3)(*grid3), (ctypes.c_uint * 3)(block, 1, 1),
+                                               shared_mem, key[3], ctypes.pointer(_PROGRAMMATIC), 1)
+    params = _kernel_params(args)  # (slots, addresses): alive until this function returns
+    function = kernel.kernel  # the RawKernel's loaded cupy.cuda.function.Function; .ptr is its CUfunction
+    lib = _driver()
+    status = lib.cuLaunchKernelEx(ctypes.byref(config), function.ptr, ctypes.addressof(params[1]), None)
+    if status != 0:
+        text = ctypes.c_char_p()
+        lib.cuGetErrorString(status, ctypes.byref(text))
+        raise RuntimeError(f"cuLaunchKernelEx returned {status} ({(text.value or b'unknown error').decode()})")

@@ -16,7 +16,9 @@
 //    counts the smaller ones); a block sorts a big token's by setting one bit per position in a bitmap of all
 //    BT positions and reading the set bits out in order (a popcount scan gives each word's first slot).
 //
-// Launch, in this order on one stream (gpt2enc_edu/gpu_buckets.py does it), after counts[0..V) is zeroed:
+// Launch, in this order on one stream (gpt2enc_edu/gpu_buckets.py does it), after counts[0..V) is zeroed; kernels
+// 2-6 as programmatic dependents of the kernel before (common.cuh: each starts while the one before runs, and
+// waits for it before it touches memory):
 //   1. scatter_count_kernel       grid CEIL_DIV(BT, SCATTER_SMALL_BLOCK), block SCATTER_SMALL_BLOCK
 //        (inp, BT, counts, counters)
 //   2. scatter_classify_kernel    grid CEIL_DIV(V, SCATTER_THREADS), block SCATTER_THREADS
@@ -74,6 +76,8 @@ __device__ __forceinline__ int warp_sum(int value) {
 //    token would otherwise queue thousands of atomics on one address).
 extern "C" __global__ void __launch_bounds__(SCATTER_SMALL_BLOCK)
     scatter_count_kernel(const int* inp, int BT, int* counts, int* counters) {
+    wait_for_previous_grid();  // kernels 2-6 are programmatic dependents of the one before (common.cuh)
+    allow_next_grid();
     int bt = blockIdx.x * blockDim.x + threadIdx.x;
     int lane = threadIdx.x % WARP_SIZE;
     if (bt == 0) { counters[COUNTER_NUM_BIG] = 0; }  // kernel 2 appends to the big-token list
@@ -88,6 +92,8 @@ extern "C" __global__ void __launch_bounds__(SCATTER_SMALL_BLOCK)
 extern "C" __global__ void __launch_bounds__(SCATTER_THREADS)
     scatter_classify_kernel(const int* counts, int V, int* tile_totals, int* big_list, int* counters) {
     __shared__ int totals[CHUNK_ITEMS];
+    wait_for_previous_grid();  // kernels 2-6 are programmatic dependents of the one before (common.cuh)
+    allow_next_grid();
     int ix = blockIdx.x * SCATTER_THREADS + threadIdx.x;
     int lane = threadIdx.x % WARP_SIZE;
     if (threadIdx.x < CHUNK_ITEMS) { totals[threadIdx.x] = 0; }
@@ -116,6 +122,8 @@ extern "C" __global__ void __launch_bounds__(SCATTER_THREADS)
     __shared__ unsigned long long ranked[SCATTER_MAX_BIG];  // in rank order
     __shared__ int class_totals[CHUNK_ITEMS];
     __shared__ int scan_scratch[WARP_SIZE + 1];
+    wait_for_previous_grid();  // kernels 2-6 are programmatic dependents of the one before (common.cuh)
+    allow_next_grid();
     int lane = threadIdx.x % WARP_SIZE;
     int warp = threadIdx.x / WARP_SIZE;
     int num_big = counters[COUNTER_NUM_BIG];
@@ -192,6 +200,8 @@ extern "C" __global__ void __launch_bounds__(SCATTER_THREADS)
                               int num_c_groups, int4* bucket_info, int4* units, int* token_starts) {
     __shared__ int warp_counts[SCATTER_WARPS][CHUNK_ITEMS + 1];  // [warp][class - 1]; +1 spreads the banks
     __shared__ int tiles_before[CHUNK_ITEMS];
+    wait_for_previous_grid();  // kernels 2-6 are programmatic dependents of the one before (common.cuh)
+    allow_next_grid();
     int ix = blockIdx.x * SCATTER_THREADS + threadIdx.x;
     int lane = threadIdx.x % WARP_SIZE;
     int warp = threadIdx.x / WARP_SIZE;
@@ -236,6 +246,8 @@ extern "C" __global__ void __launch_bounds__(SCATTER_THREADS)
 //    Counting each token back down to zero leaves counts cleared for the next table.
 extern "C" __global__ void __launch_bounds__(SCATTER_SMALL_BLOCK)
     scatter_positions_kernel(const int* inp, int BT, int* counts, const int* token_starts, int* bt_list) {
+    wait_for_previous_grid();  // kernels 2-6 are programmatic dependents of the one before (common.cuh)
+    allow_next_grid();
     int bt = blockIdx.x * blockDim.x + threadIdx.x;
     int lane = threadIdx.x % WARP_SIZE;
     int ix = bt < BT ? inp[bt] : -1;
@@ -254,6 +266,8 @@ extern "C" __global__ void __launch_bounds__(SCATTER_THREADS)
                         const int* class_bases, int4* units, const int* counters, int BT, int big_blocks) {
     __shared__ unsigned int bitmap[SCATTER_MAX_BT / WARP_SIZE];
     __shared__ int scan_scratch[WARP_SIZE + 1];
+    wait_for_previous_grid();  // kernels 2-6 are programmatic dependents of the one before (common.cuh)
+    allow_next_grid();
     int lane = threadIdx.x % WARP_SIZE;
     int warp = threadIdx.x / WARP_SIZE;
     int num_big = counters[COUNTER_NUM_BIG];

@@ -34,6 +34,8 @@
 // Launch: one block of SMALL_THREADS threads, 37 KB of static shared memory:
 //   bucketing_small_kernel(inp, BT, num_c_groups, bucket_info, units, bt_list, counters, stop_after)
 // Requires 1 <= BT <= SMALL_MAX_BT and ids < SMALL_MAX_V (checked by the package). counters as in bucketing.cu.
+// The kernel calls allow_next_grid() at once: the wte kernel launched after it (as a programmatic dependent)
+// may be set up while it runs, and waits for it inside (common.cuh).
 #include "common.cuh"
 
 #define SMALL_THREADS 512
@@ -118,6 +120,10 @@ extern "C" __global__ void __launch_bounds__(SMALL_THREADS)
     __shared__ int4 rank_row[SMALL_MAX_BT];  // rank r: (start, count, ix, first unit)
     __shared__ int scratch[WARP_SIZE + 1];
     __shared__ int num_classes;
+    // The wte kernel after this one is launched as a programmatic dependent (common.cuh): let it be set up now,
+    // so that its blocks wait on the other SMs while this one works, instead of starting a microsecond after.
+    wait_for_previous_grid();
+    allow_next_grid();
     if (stop_after < 0) { return; }  // an empty run: what the launch alone costs
     int first = threadIdx.x * SMALL_KEYS;  // elements first .. first + SMALL_KEYS - 1 are this thread's, every phase
 

@@ -6,6 +6,7 @@
 //   load128 / load128cs    plain and streaming ("evict first") 16-byte loads
 //   prefetch_l2            ask L2 for a range of bytes without waiting for it
 //   store128 / store128cs  plain and streaming 16-byte stores
+//   wait_for_previous_grid / allow_next_grid   the two halves of a programmatic dependent launch (sm_90+)
 //   squirrel_noise5        a cheap, good-quality integer hash (Squirrel Eiserloh's SquirrelNoise5)
 //   noise_2d               SquirrelNoise5 over a 2-D position, for one random number per (element, tensor)
 //   round_to_storage       fp32 -> floatX: stochastic rounding for bf16, a plain store for fp32
@@ -84,6 +85,29 @@ __device__ __forceinline__ void prefetch_l2(const void* begin, const void* end) 
         asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
 #endif
     }
+}
+
+// ----------------------------------------------------------------------------------------------------------
+// Programmatic dependent launch (sm_90 and newer). Two kernels in a row on one stream normally leave a gap of
+// about a microsecond: the second is set up only once the first has ended. A kernel launched as a programmatic
+// dependent (gpt2enc_edu.loader.launch(..., after_kernel=True)) may be set up and start while the one before it
+// still runs, as soon as every block of that one has called allow_next_grid() or exited. Its threads then wait in
+// wait_for_previous_grid() until the kernel before has ended and its writes are visible. So:
+//   - a dependent calls wait_for_previous_grid() before it reads (or writes) anything the kernel before touches;
+//     the package's kernels call it first thing, so nothing moves before it and the bits stay as they were;
+//   - a kernel calls allow_next_grid() only after its own wait_for_previous_grid(): the kernel after it then
+//     starts only once the one before has ended, and the chain of dependencies stays whole.
+// In a kernel launched the plain way, and below sm_90, both do nothing.
+__device__ __forceinline__ void wait_for_previous_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void allow_next_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 }
 
 // ----------------------------------------------------------------------------------------------------------

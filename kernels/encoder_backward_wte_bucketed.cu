@@ -11,7 +11,8 @@
 // Launch: one block of WTE_BLOCK_SIZE = 256 threads (8 warps) per bucket:
 //   grid = max_buckets, kernel(dwte, bucket_info, bt_list, dout, num_buckets, C, seed)
 // *num_buckets (device memory) is the table's size; max_buckets >= it is what the host knows without a sync
-// when the table was built on the GPU. Blocks past *num_buckets exit at once.
+// when the table was built on the GPU. Blocks past *num_buckets exit at once. The package launches it as a
+// programmatic dependent of the kernel before it (common.cuh): it waits for that kernel before it reads anything.
 //
 // Inside a block: lane `lane_id` of every warp owns channels c .. c + x128::size - 1 of the bucket's group;
 // warp w sums items w, w + 8, w + 16, ... in that order; then warp 0 adds warps 1, 2, ... 7 in that order
@@ -38,6 +39,7 @@ extern "C" __global__ void __launch_bounds__(WTE_BLOCK_SIZE, WTE_MIN_BLOCKS)
     encoder_backward_wte_bucketed_kernel(floatX* dwte, const int4* bucket_info, const int* bt_list, const floatX* dout,
                                          const int* num_buckets, int C, unsigned int seed) {
     __shared__ float accum_shared[x128::size * WTE_BLOCK_SIZE];
+    wait_for_previous_grid();  // the table (and dwte) are ready from here on (common.cuh)
 
     int bucket = blockIdx.x;
     // The table's size and this block's bucket are loaded together (the row exists even past the size:

@@ -11,7 +11,8 @@
 //   token total    s = ((p_0 + p_1) + p_2) + ...                 over the token's chunks, in chunk order
 //   dwte           = round_to_storage(s + dwte_old)               (for a single chunk, s = p_0)
 //
-// Two kernels, launched one after the other on one stream:
+// Two kernels, launched one after the other on one stream, each as a programmatic dependent of the kernel before
+// it (common.cuh: on sm_90 and newer it is set up while that kernel runs and waits for it inside):
 //   encoder_backward_wte_chunked_kernel: one warp per (unit, channel group). A single-chunk token (most of
 //     them) is finished here: read-modify-write of dwte. A multi-chunk token's warps store their partials.
 //     grid = (CEIL_DIV(max_units, CHUNKED_WARPS_PER_BLOCK), num_groups), block = WARP_SIZE * CHUNKED_WARPS_PER_BLOCK
@@ -55,6 +56,10 @@ extern "C" __global__ void __launch_bounds__(WARP_SIZE* CHUNKED_WARPS_PER_BLOCK,
     encoder_backward_wte_chunked_kernel(floatX* dwte, const int4* units, const int* bt_list, const floatX* dout,
                                         float* partials, const int* num_units, int C, unsigned int seed,
                                         int prefetch_rows) {
+    // Launched as a programmatic dependent of the table's kernel (common.cuh): wait for it, then let the combine
+    // kernel be set up while this one runs.
+    wait_for_previous_grid();
+    allow_next_grid();
     int warp_id = threadIdx.x / WARP_SIZE;
     int lane_id = threadIdx.x % WARP_SIZE;
     int unit = blockIdx.x * CHUNKED_WARPS_PER_BLOCK + warp_id;
@@ -126,6 +131,7 @@ extern "C" __global__ void __launch_bounds__(WARP_SIZE* CHUNKED_WARPS_PER_BLOCK,
 extern "C" __global__ void __launch_bounds__(COMBINE_THREADS)
     encoder_backward_wte_chunk_combine_kernel(floatX* dwte, const int4* units, const float* partials,
                                               const int* num_units, int C, unsigned int seed) {
+    wait_for_previous_grid();  // the chunk kernel's partials and dwte rows are written from here on (common.cuh)
     int unit = blockIdx.x;
     if (unit >= *num_units) { return; }
     int4 work = units[unit];

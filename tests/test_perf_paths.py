@@ -3,7 +3,8 @@
 Forward versions 1-3 give the mirror's bits; the bucketed wte kernel (idle warps leave, a named barrier counts
 the busy ones) gives the mirror's bits for buckets of every size; both bucketing kernels (one block for small
 batches, the cooperative one) give the NumPy table; ``phase_times_us`` accounts for the whole kernel; the chunked
-method gives the mirror's bits with and without its L2 prefetch; the fp32 atomic backward touches only the batch's
+method gives the mirror's bits with and without its L2 prefetch, and both deterministic methods with and
+without programmatic dependent launch (the one-block and scatter routes of the table); the fp32 atomic backward touches only the batch's
 rows and stays within the fp32 error bound over repeated calls.
 """
 
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 import gpt2enc_edu as enc
-from gpt2enc_edu import compare, cuda, gpu_buckets, layout, mirror
+from gpt2enc_edu import compare, cuda, gpu_buckets, layout, loader, mirror
 from gpt2enc_edu.problems import count_poison, poisoned, random_problem
 from gpt2enc_edu.rounding import bfloat16
 from gpt2enc_edu.tokens import make_ids
@@ -141,6 +142,28 @@ def test_chunked_kernel_prefetch_keeps_the_bits(rng, monkeypatch, dtype, prefetc
     monkeypatch.setattr(cuda, "prefetch_rows", lambda dout_nbytes, l2_bytes: prefetch)
     p = random_problem(3, 512, 776 if dtype == bfloat16 else 132, 50257, 512, dtype=dtype, ids="zipf", rng=rng)
     assert_gpu_backward_gives_the_mirrors_bits(p, "chunked", rng)
+
+
+@pytest.fixture
+def programmatic(request, monkeypatch):
+    """Set ``loader.PROGRAMMATIC_LAUNCH`` for one test, with fresh table workspaces (the scatter route's graph
+    keeps the launches it was captured with) before and after."""
+    gpu_buckets.release_workspaces()
+    monkeypatch.setattr(loader, "PROGRAMMATIC_LAUNCH", request.param)
+    yield request.param
+    gpu_buckets.release_workspaces()
+
+
+@pytest.mark.parametrize("programmatic", [True, False], indirect=True, ids=["programmatic", "plain"])
+@pytest.mark.parametrize("method", ["chunked", "bucketed"])
+@pytest.mark.parametrize("B, T, ids", [(1, 1024, "zipf"), (1, 700, "uniform"), (6, 512, "zipf"), (3, 512, "real")])
+def test_same_bits_with_and_without_programmatic_launch(rng, programmatic, method, B, T, ids):
+    """Three calls per shape: the scatter route (B > 1) launches its steps one by one, then captures them as a graph,
+    then replays it. Each call gives the mirror's bits."""
+    V = 50257
+    for _ in range(3):
+        p = random_problem(B, T, 776, V, T, dtype=bfloat16, ids=ids, rng=rng)
+        assert_gpu_backward_gives_the_mirrors_bits(p, method, rng)
 
 
 def test_prefetch_rows_up_to_a_quarter_of_l2():

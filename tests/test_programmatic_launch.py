@@ -1,0 +1,56 @@
+"""The programmatic dependent launcher (``loader.launch(..., after_kernel=True)``), on any machine: its structures
+match cuda.h's, its argument array points at each argument's value, and it refuses what a kernel cannot take.
+(On the GPU, ``test_perf_paths.py`` checks that the bits are the same with it on and off.)"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+
+import numpy as np
+import pytest
+
+from gpt2enc_edu import loader
+
+
+class _DeviceArray:
+    """Stands in for a CuPy array: the launcher reads only ``.data.ptr``."""
+
+    def __init__(self, ptr: int):
+        self.data = type("Memory", (), {"ptr": ptr})()
+
+
+def _read_params(params, formats: str) -> list:
+    """The values behind ``void* params[]``, read back through the addresses, one ``struct`` format each."""
+    slots, addresses = params
+    count = len(formats)
+    pointers = struct.unpack(f"<{count}Q", addresses.raw[: 8 * count])
+    return [struct.unpack("<" + f, ctypes.string_at(p, struct.calcsize(f)))[0] for p, f in zip(pointers, formats)]
+
+
+def test_kernel_params_point_at_each_value(rng):
+    ptrs = [int(x) for x in rng.integers(1, 2**47, size=3)]
+    scalars = [np.int32(rng.integers(-2**31, 2**31)), np.uint32(rng.integers(0, 2**32)),
+               np.float32(rng.standard_normal()), np.int64(rng.integers(-2**63, 2**63)),
+               np.uint64(rng.integers(0, 2**63)) + np.uint64(2**63)]
+    args = (*[_DeviceArray(p) for p in ptrs], *scalars)
+    got = _read_params(loader._kernel_params(args), "QQQiIfqQ")
+    assert got[:3] == ptrs
+    assert got[3:] == [s.item() for s in scalars]
+    assert np.float32(got[5]).tobytes() == scalars[2].tobytes()  # the float's bits, not just its value
+
+
+@pytest.mark.parametrize("bad", [3, 2.5, True, np.float64(1.0), np.int16(2), "dwte", None])
+def test_kernel_params_refuse_what_a_kernel_cannot_take(bad):
+    with pytest.raises(TypeError, match="cannot pass"):
+        loader._kernel_params((_DeviceArray(4096), bad))
+
+
+def test_launch_structures_match_cuda_h():
+    """CUlaunchAttribute: id, padding, then a 64-byte union at offset 8 (72 bytes); CUlaunchConfig: six dims and the
+    shared memory (28 bytes), then the stream at 32, the attribute pointer at 40, their count at 48 (56 bytes)."""
+    assert ctypes.sizeof(loader._LaunchAttribute) == 72 and loader._LaunchAttribute.value.offset == 8
+    assert ctypes.sizeof(loader._LaunchConfig) == 56
+    assert (loader._LaunchConfig.shared_mem.offset, loader._LaunchConfig.stream.offset,
+            loader._LaunchConfig.attrs.offset, loader._LaunchConfig.num_attrs.offset) == (24, 32, 40, 48)
+    assert loader._PROGRAMMATIC.id == 6 and loader._PROGRAMMATIC.value[0] == 1
