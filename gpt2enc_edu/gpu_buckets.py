@@ -4,7 +4,8 @@
 into device buffers, by one of three routes (``ROUTES``; ``bucketing_route`` says which one it takes):
 
 * ``"small"`` (B*T <= ``SMALL_MAX_BT`` = 1024 ids, V <= ``SMALL_MAX_V``): ``bucketing_small_kernel``
-  (``kernels/bucketing_small.cu``), one block, one launch, two bitonic sorts of 1024 keys (two per thread);
+  (``kernels/bucketing_small.cu``), one block, one launch, a bitonic sort of 1024 keys (two per thread), then
+  ranks by count class;
 * ``"scatter"`` (B*T <= ``SCATTER_MAX_BT`` ids): six short kernels of ``kernels/bucketing_scatter.cu``, no sort
   of the positions and no grid-wide barrier;
 * ``"cooperative"`` (larger batches): one cooperative ``bucketing_kernel`` (``kernels/bucketing.cu``), one block
@@ -319,7 +320,7 @@ def build_bucket_table_gpu(inp, C: int, dtype, V: int, *, route: str | None = No
 
 
 #: The phases of each bucketing kernel, in order: ``stop_after = i + 1`` ends the kernel after phase ``i``.
-SMALL_PHASES = ("sort positions by id", "distinct tokens", "sort tokens by count", "starts, buckets, units",
+SMALL_PHASES = ("sort positions by id", "distinct tokens", "rank tokens by count class", "starts, buckets, units",
                 "bt_list")
 COOPERATIVE_PHASES = ("clear", "count tokens", "count values present", "classes (scan)",
                       "sort tokens by class", "ranks and starts (2 scans)", "sort positions by rank",

@@ -1,13 +1,14 @@
 """Phase-by-phase NumPy twin of ``kernels/bucketing_small.cu``: the one-block bucket table of one sequence.
 
 Read it beside the kernel. Each function is one phase (the stretch that ``stop_after`` can end on) and works on
-the kernel's elements ``p`` (slots, segments or ranks; thread ``p // SMALL_KEYS`` holds element ``p``),
-vectorised with ``np.arange``. Where the kernel splits a scan into a per-thread part and a block part, the twin
-takes the one prefix sum that the two add up to.
+the kernel's elements ``p`` (slots, segments or ranks; thread ``p // SMALL_KEYS`` holds element ``p``, except in
+phase 3), vectorised with ``np.arange``. Where the kernel splits a scan into a per-thread part and a block part,
+the twin takes the one prefix sum that the two add up to.
 
 1. ``sort_positions``: keys ``(id << POS_BITS) | bt`` sorted by ``block_bitonic_sort``.
 2. ``find_segments``: one segment per distinct token; its first slot; each slot's segment.
-3. ``sort_tokens``: keys ``((SMALL_MAX_BT - count) << POS_BITS) | segment``, sorted the same way.
+3. ``rank_tokens``: each segment's rank by count classes (no sort); element r gets the key
+   ``((SMALL_MAX_BT - count) << POS_BITS) | segment`` of the token of rank r.
 4. ``write_buckets``: each rank's start in ``bt_list`` and first unit (one scan of two packed fields), then
    its buckets and units.
 5. ``write_bt_list``: every sorted slot to its token's new start plus its place in the segment.
@@ -21,13 +22,16 @@ from __future__ import annotations
 import numpy as np
 
 from .buckets import BucketTable
-from .layout import CHUNK_ITEMS, SMALL_MAX_BT, SMALL_MAX_V, ceil_div, num_c_groups
+from .layout import CHUNK_ITEMS, SMALL_MAX_BT, SMALL_MAX_V, WARP_SIZE, ceil_div, num_c_groups
 
 #: ``SMALL_POS_BITS``, ``SMALL_FIELD_BITS`` and ``SMALL_NO_KEY`` of the kernel.
 POS_BITS = 10
 POS_MASK = np.uint32((1 << POS_BITS) - 1)
 FIELD_BITS = 16
 NO_KEY = np.uint32(0xFFFFFFFF)
+#: ``SMALL_BIG_CLASS`` and ``SMALL_NO_CLASS``: the class of a token seen more than CHUNK_ITEMS times, and of no token.
+BIG_CLASS = 0
+NO_CLASS = -1
 
 
 def block_bitonic_sort(key: np.ndarray) -> np.ndarray:
@@ -70,14 +74,48 @@ def find_segments(key: np.ndarray, BT: int) -> tuple[np.ndarray, np.ndarray]:
     return seg_start, seg
 
 
-def sort_tokens(seg_start: np.ndarray) -> np.ndarray:
-    """Phase 3: element r's token key after the sort: the token of rank r (count descending, then id)."""
+def rank_tokens(seg_start: np.ndarray) -> np.ndarray:
+    """Phase 3: element r's token key after ranking: the token of rank r (count descending, then id).
+
+    Segment s is slot s // SMALL_THREADS of thread s % SMALL_THREADS: lane ``s % 32`` of group ``s // 32``
+    (group = slot * SMALL_WARPS + warp: the groups in segment order). Class c = count for counts up to CHUNK_ITEMS,
+    ``BIG_CLASS`` above. Ranks: the big tokens first, by comparison; then classes 32, 31, ..., 1, each in
+    segment order: the class's first rank + its tokens in the groups before + its lanes below in the group.
+    """
     num_distinct = seg_start.size - 1
-    count = np.diff(seg_start).astype(np.uint32)
-    token_key = np.full(SMALL_MAX_BT, NO_KEY, dtype=np.uint32)
-    token_key[:num_distinct] = ((np.uint32(SMALL_MAX_BT) - count) << np.uint32(POS_BITS)) | np.arange(
-        num_distinct, dtype=np.uint32)
-    return block_bitonic_sort(token_key)
+    s = np.arange(SMALL_MAX_BT)
+    group = s // WARP_SIZE
+    token_count = np.zeros(SMALL_MAX_BT, dtype=np.int64)
+    token_count[:num_distinct] = np.diff(seg_start)
+    cls = np.where(token_count == 0, NO_CLASS, np.where(token_count > CHUNK_ITEMS, BIG_CLASS, token_count))
+    # __match_any_sync over a group's 32 lanes: peers = the lanes of the same class; below = those of lower lanes.
+    by_group = cls.reshape(-1, WARP_SIZE)
+    peers = by_group[:, :, None] == by_group[:, None, :]  # [group, lane, other lane]
+    below = (peers & (np.arange(WARP_SIZE)[None, :] < np.arange(WARP_SIZE)[:, None])).sum(-1).reshape(-1)
+    class_count = np.zeros((SMALL_MAX_BT // WARP_SIZE, CHUNK_ITEMS + 1), dtype=np.int64)  # [group][class]
+    leader = (cls != NO_CLASS) & (below == 0)
+    class_count[group[leader], cls[leader]] = peers.sum(-1).reshape(-1)[leader]
+    # Per class, an exclusive scan over the groups; the totals; each class's first rank (big ones, then 32..1).
+    class_total = class_count.sum(axis=0)
+    class_count = np.cumsum(class_count, axis=0) - class_count
+    descending = np.arange(CHUNK_ITEMS, 0, -1)
+    class_base = np.zeros(CHUNK_ITEMS + 1, dtype=np.int64)
+    class_base[descending] = class_total[BIG_CLASS] + np.cumsum(class_total[descending]) - class_total[descending]
+    big = cls == BIG_CLASS
+    big_list = np.empty(class_total[BIG_CLASS], dtype=np.int64)
+    big_list[class_count[group[big], BIG_CLASS] + below[big]] = s[big]
+    rank = np.zeros(SMALL_MAX_BT, dtype=np.int64)
+    small = cls > 0
+    rank[small] = class_base[cls[small]] + class_count[group[small], cls[small]] + below[small]
+    # A big token: the big tokens that come before it (more items, or as many and a lower segment).
+    other_count = token_count[big_list][None, :]
+    mine = token_count[big][:, None]
+    rank[big] = ((other_count > mine) | ((other_count == mine) & (big_list[None, :] < s[big][:, None]))).sum(-1)
+    buf = np.full(SMALL_MAX_BT, NO_KEY, dtype=np.uint32)
+    real = cls != NO_CLASS
+    buf[rank[real]] = ((np.uint32(SMALL_MAX_BT) - token_count[real].astype(np.uint32)) << np.uint32(POS_BITS)) | s[
+        real].astype(np.uint32)
+    return buf
 
 
 def write_buckets(key, seg_start, token_key, groups: int):
@@ -119,7 +157,7 @@ def bucketing_small_kernel(inp: np.ndarray, C: int, dtype, V: int) -> BucketTabl
         raise ValueError(f"the one-block kernel takes 1..{SMALL_MAX_BT} ids and V <= {SMALL_MAX_V}")
     key = sort_positions(inp)
     seg_start, seg = find_segments(key, BT)
-    token_key = sort_tokens(seg_start)
+    token_key = rank_tokens(seg_start)
     seg_new_start, info, units, _ = write_buckets(key, seg_start, token_key, num_c_groups(C, dtype))
     bt_list = write_bt_list(key, seg_start, seg, seg_new_start, BT)
     return BucketTable(info=info, bt_list=bt_list, units=units, C=C, dtype=np.dtype(dtype))

@@ -63,9 +63,6 @@
 // The class of a token seen `count` times: the count itself if 1..CHUNK_ITEMS, else 0 (absent or big).
 __device__ __forceinline__ int token_class(int count) { return count >= 1 && count <= CHUNK_ITEMS ? count : 0; }
 
-// Lanes below this one, as a mask.
-__device__ __forceinline__ unsigned int lanes_below(int lane) { return (1u << lane) - 1u; }
-
 // The sum of `value` over a warp's lanes (integers: the order does not matter).
 __device__ __forceinline__ int warp_sum(int value) {
     for (int offset = WARP_SIZE / 2; offset > 0; offset >>= 1) { value += __shfl_xor_sync(0xffffffffu, value, offset); }
@@ -217,11 +214,7 @@ extern "C" __global__ void __launch_bounds__(SCATTER_THREADS)
         // Warp w scans class w + 1 over the block's warps (lane = warp), and sums it over the earlier tiles.
         int c0 = warp;
         int value = warp_counts[lane][c0];
-        int inclusive = value;
-        for (int offset = 1; offset < WARP_SIZE; offset <<= 1) {
-            int other = __shfl_up_sync(0xffffffffu, inclusive, offset);
-            if (lane >= offset) { inclusive += other; }
-        }
+        int inclusive = warp_inclusive_sum(value);
         warp_counts[lane][c0] = inclusive - value;
         int before = 0;
         for (int tile = lane; tile < (int)blockIdx.x; tile += WARP_SIZE) {

@@ -2,15 +2,17 @@
 //
 // Produces exactly the table of gpt2enc_edu/buckets.py, bucketing.cu and bucketing_scatter.cu (same order,
 // same bits). At B = 1 fixed costs are everything: the scatter route is seven dependent steps of 1-4 us each,
-// so this kernel builds the whole table in one block, in registers and shared memory, with two sorts.
+// so this kernel builds the whole table in one block, in registers and shared memory: one sort of the positions,
+// then ranks of the tokens by count classes.
 //
 // Layout: SMALL_THREADS = 512 threads, SMALL_KEYS = 2 consecutive elements per thread (thread i holds
-// elements 2i and 2i+1: slots, segments or ranks, depending on the phase). The kernel runs on one SM and is
+// elements 2i and 2i+1: slots, segments or ranks, depending on the phase; phase 3 holds segments i and i + 512).
+// The kernel runs on one SM and is
 // bound by how fast its warps can issue dependent steps, so the split is a trade: more keys per thread turn more
 // sorting steps into register swaps and keep more steps inside a warp, fewer keys give the SM more warps to
 // switch between while a shuffle or a barrier is pending. On an H200 the whole kernel took 8.8 / 7.9 / 7.7 us
 // (uniform / Zipf / real ids, as graph replays) with 256 threads x 4 keys, 7.5 / 6.6 / 6.3 us with 512 x 2 and
-// 8.9 / 8.4 / 8.2 us with 1024 x 1 (docs/performance.md, part 4).
+// 8.9 / 8.4 / 8.2 us with 1024 x 1 (docs/performance.md, part 4; phase 3 was then a second sort).
 //
 // The sort (block_bitonic_sort) is a bitonic network over all 1024 elements (padding keys sort last): rounds
 // k = 2, 4, ..., 1024, and in each round steps j = k/2, ..., 1 that compare-exchange elements p and p ^ j (the
@@ -26,12 +28,15 @@
 //      because bt is the key's low bits.
 //   2. Segments: one per distinct token, in id order; seg_start[s] = first sorted slot of token s (a scan of the
 //      "new id here" flags).
-//   3. Sort the segments by count descending, ties by id: key = ((SMALL_MAX_BT - count) << SMALL_POS_BITS) | s
-//      (segments are in id order, so s breaks the ties). Element r now holds the token of rank r.
+//   3. Rank the segments by count descending, ties by id, with count classes (as bucketing_scatter.cu does):
+//      class c = the tokens seen c <= 32 times, which come in classes 32, 31, ..., 1 and by id inside a class,
+//      after the few "big" tokens (seen more often), ranked by comparing them with each other. Element r then
+//      holds the key ((SMALL_MAX_BT - count) << SMALL_POS_BITS) | s of the token of rank r. (A second bitonic
+//      sort of these keys gives the same order; on an H200 it took 0.5-0.8 us longer, docs/performance.md part 5.)
 //   4. Rank r's start in bt_list and its first unit (one scan of two packed fields), its buckets and units.
 //   5. bt_list: every sorted position moves to its token's new start plus its place inside the segment.
 //
-// Launch: one block of SMALL_THREADS threads, 37 KB of static shared memory:
+// Launch: one block of SMALL_THREADS threads, 41 KB of static shared memory:
 //   bucketing_small_kernel(inp, BT, num_c_groups, bucket_info, units, bt_list, counters, stop_after)
 // Requires 1 <= BT <= SMALL_MAX_BT and ids < SMALL_MAX_V (checked by the package). counters as in bucketing.cu.
 // The kernel calls allow_next_grid() at once: the wte kernel launched after it (as a programmatic dependent)
@@ -50,6 +55,12 @@
 #define SMALL_CHUNK_ITEMS 32
 // Phase 4 scans count | chunks << SMALL_FIELD_BITS at once: both sums are <= 1024, so the fields never mix.
 #define SMALL_FIELD_BITS 16
+// Phase 3: SMALL_GROUPS groups of 32 consecutive segments, one per lane of a warp in the class scans.
+#define SMALL_WARPS (SMALL_THREADS / WARP_SIZE)
+#define SMALL_GROUPS (SMALL_KEYS * SMALL_WARPS)
+static_assert(SMALL_GROUPS == WARP_SIZE, "phase 3 scans one group per lane");
+#define SMALL_BIG_CLASS 0  // tokens seen more than SMALL_CHUNK_ITEMS times
+#define SMALL_NO_CLASS (-1)  // no token (segments past num_distinct)
 // Steps with j below this exchange through shuffles (j / SMALL_KEYS lanes apart), from it on through shared memory.
 #define SMALL_WARP_SPAN (WARP_SIZE * SMALL_KEYS)
 
@@ -120,12 +131,19 @@ extern "C" __global__ void __launch_bounds__(SMALL_THREADS)
     __shared__ int4 rank_row[SMALL_MAX_BT];  // rank r: (start, count, ix, first unit)
     __shared__ int scratch[WARP_SIZE + 1];
     __shared__ int num_classes;
+    __shared__ int class_count[SMALL_GROUPS][SMALL_CHUNK_ITEMS + 1];  // [group][class]; 33 columns: no bank conflicts
+    __shared__ int class_total[SMALL_CHUNK_ITEMS + 1];  // tokens per class
+    __shared__ int class_base[SMALL_CHUNK_ITEMS + 1];  // each class's first rank
+    __shared__ int big_list[WARP_SIZE];  // the big tokens' segments (at most SMALL_MAX_BT / 33 = 31)
     // The wte kernel after this one is launched as a programmatic dependent (common.cuh): let it be set up now,
     // so that its blocks wait on the other SMs while this one works, instead of starting a microsecond after.
     wait_for_previous_grid();
     allow_next_grid();
     if (stop_after < 0) { return; }  // an empty run: what the launch alone costs
-    int first = threadIdx.x * SMALL_KEYS;  // elements first .. first + SMALL_KEYS - 1 are this thread's, every phase
+    int first = threadIdx.x * SMALL_KEYS;  // elements first .. first + SMALL_KEYS - 1 are this thread's (but phase 3)
+    for (int i = threadIdx.x; i < SMALL_GROUPS * (SMALL_CHUNK_ITEMS + 1); i += SMALL_THREADS) {
+        (&class_count[0][0])[i] = 0;  // for phase 3 (phase 1's barriers publish it)
+    }
 
     // Phase 1: positions sorted by token id (bt ascending inside a token). Padding keys sort last.
     unsigned int key[SMALL_KEYS];
@@ -163,18 +181,70 @@ extern "C" __global__ void __launch_bounds__(SMALL_THREADS)
     __syncthreads();
     if (stop_after == 2) { return; }
 
-    // Phase 3: segments sorted by count descending, ties by segment (= id) ascending.
-    unsigned int token_key[SMALL_KEYS];
+    // Phase 3: every segment's rank, by count classes instead of a second sort (the scatter route's idea,
+    // bucketing_scatter.cu). Class c = 1..32: the tokens seen exactly c times; SMALL_BIG_CLASS: those seen more
+    // often (at most 31 of 1024 ids). The bucket order is the big tokens (count descending, then id), then the
+    // classes 32, 31, ..., 1, each in id order, which is segment order. So a small token's rank is its class's
+    // first rank plus the tokens of its class in the segments before it; a big token's rank comes from comparing
+    // it with the other big ones. Slot q of thread i holds segment q * SMALL_THREADS + i here (not first + q): the
+    // 32 lanes of a warp then hold 32 consecutive segments, a GROUP, and the groups in segment order are slot 0 of
+    // warps 0, 1, ..., then slot 1 of warps 0, 1, ...: SMALL_GROUPS = 32 of them, one per lane in the scans below.
+    int lane = threadIdx.x % WARP_SIZE;
+    int warp = threadIdx.x / WARP_SIZE;
+    int cls[SMALL_KEYS], below[SMALL_KEYS], token_count[SMALL_KEYS];
 #pragma unroll
     for (int q = 0; q < SMALL_KEYS; q++) {
-        int s = first + q;
-        token_key[q] = SMALL_NO_KEY;
-        if (s < num_distinct) {
-            int count = seg_start[s + 1] - seg_start[s];
-            token_key[q] = ((unsigned int)(SMALL_MAX_BT - count) << SMALL_POS_BITS) | (unsigned int)s;
+        int s = q * SMALL_THREADS + threadIdx.x;
+        token_count[q] = s < num_distinct ? seg_start[s + 1] - seg_start[s] : 0;
+        cls[q] = token_count[q] == 0 ? SMALL_NO_CLASS
+                                     : (token_count[q] > SMALL_CHUNK_ITEMS ? SMALL_BIG_CLASS : token_count[q]);
+        // The lanes of this group in the same class; the lowest of them writes how many there are.
+        unsigned int peers = __match_any_sync(0xffffffffu, cls[q]);
+        below[q] = __popc(peers & lanes_below(lane));
+        if (cls[q] != SMALL_NO_CLASS && below[q] == 0) { class_count[q * SMALL_WARPS + warp][cls[q]] = __popc(peers); }
+    }
+    __syncthreads();
+    // Warp w scans classes w, w + SMALL_WARPS, ... over the groups (lane = group): each group's count becomes the
+    // class's tokens in the groups before it.
+    for (int c = warp; c <= SMALL_CHUNK_ITEMS; c += SMALL_WARPS) {
+        int in_group = class_count[lane][c];
+        int inclusive = warp_inclusive_sum(in_group);
+        class_count[lane][c] = inclusive - in_group;
+        if (lane == WARP_SIZE - 1) { class_total[c] = inclusive; }
+    }
+    __syncthreads();
+    if (warp == 0) {  // each class's first rank: after the big tokens and the classes above (lane l: class 32 - l)
+        int c = SMALL_CHUNK_ITEMS - lane;
+        class_base[c] = class_total[SMALL_BIG_CLASS] + warp_inclusive_sum(class_total[c]) - class_total[c];
+    }
+#pragma unroll
+    for (int q = 0; q < SMALL_KEYS; q++) {  // the big tokens' segments, in segment order
+        if (cls[q] == SMALL_BIG_CLASS) {
+            big_list[class_count[q * SMALL_WARPS + warp][SMALL_BIG_CLASS] + below[q]] = q * SMALL_THREADS + threadIdx.x;
         }
     }
-    block_bitonic_sort(token_key, buf);
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < SMALL_KEYS; q++) {
+        int s = q * SMALL_THREADS + threadIdx.x;
+        if (cls[q] == SMALL_NO_CLASS) { continue; }
+        int rank = 0;
+        if (cls[q] != SMALL_BIG_CLASS) {
+            rank = class_base[cls[q]] + class_count[q * SMALL_WARPS + warp][cls[q]] + below[q];
+        } else {
+            for (int b = 0; b < class_total[SMALL_BIG_CLASS]; b++) {  // the big tokens that come before it
+                int other = big_list[b];
+                int other_count = seg_start[other + 1] - seg_start[other];
+                rank += other_count > token_count[q] || (other_count == token_count[q] && other < s);
+            }
+        }
+        buf[rank] = ((unsigned int)(SMALL_MAX_BT - token_count[q]) << SMALL_POS_BITS) | (unsigned int)s;
+    }
+    __syncthreads();
+    // Back to element r = first + q: the key (1024 - count, segment) of the token of rank r, as phase 4 reads it.
+    unsigned int token_key[SMALL_KEYS];
+#pragma unroll
+    for (int q = 0; q < SMALL_KEYS; q++) { token_key[q] = first + q < num_distinct ? buf[first + q] : SMALL_NO_KEY; }
     if (stop_after == 3) { return; }
 
     // Phase 4: element r = first + q is rank r. Starts in bt_list and first units: one scan of count | chunks << 16.

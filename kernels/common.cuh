@@ -10,6 +10,8 @@
 //   squirrel_noise5        a cheap, good-quality integer hash (Squirrel Eiserloh's SquirrelNoise5)
 //   noise_2d               SquirrelNoise5 over a 2-D position, for one random number per (element, tensor)
 //   round_to_storage       fp32 -> floatX: stochastic rounding for bf16, a plain store for fp32
+//   lanes_below            the mask of the lanes below this one
+//   warp_inclusive_sum     inclusive prefix sum of one int per lane over a warp
 //   block_exclusive_sum    exclusive prefix sum of one int per thread over a block (the bucketing kernels)
 //
 // This header is device-only on purpose: CuPy compiles the kernels with NVRTC, which cannot include host
@@ -171,6 +173,19 @@ __device__ __forceinline__ void round_to_storage(float value, __nv_bfloat16* tar
 }
 
 // ----------------------------------------------------------------------------------------------------------
+// Lanes below this one, as a mask (with __match_any_sync: how many lanes before this one share its value).
+__device__ __forceinline__ unsigned int lanes_below(int lane) { return (1u << lane) - 1u; }
+
+// Inclusive prefix sum of one int per lane over a full warp (lane order): shuffles, no shared memory.
+__device__ __forceinline__ int warp_inclusive_sum(int value) {
+    int lane = threadIdx.x % WARP_SIZE;
+    for (int offset = 1; offset < WARP_SIZE; offset <<= 1) {
+        int other = __shfl_up_sync(0xffffffffu, value, offset);
+        if (lane >= offset) { value += other; }
+    }
+    return value;
+}
+
 // Exclusive prefix sum of one int per thread over the whole block (thread order), for blocks of whole warps
 // (at most 32 of them); *total receives the sum of all. scratch: WARP_SIZE + 1 ints of shared memory.
 // Every thread of the block must call it (it contains __syncthreads). Integers: the order of the adds does not
@@ -179,20 +194,12 @@ __device__ int block_exclusive_sum(int value, int* total, int* scratch) {
     int lane = threadIdx.x % WARP_SIZE;
     int warp = threadIdx.x / WARP_SIZE;
     int num_warps = blockDim.x / WARP_SIZE;
-    int inclusive = value;  // first inside the warp: shuffles, no shared memory
-    for (int offset = 1; offset < WARP_SIZE; offset <<= 1) {
-        int other = __shfl_up_sync(0xffffffffu, inclusive, offset);
-        if (lane >= offset) { inclusive += other; }
-    }
+    int inclusive = warp_inclusive_sum(value);  // first inside the warp
     if (lane == WARP_SIZE - 1) { scratch[warp] = inclusive; }
     __syncthreads();
     if (warp == 0) {  // then across the warps' totals, by the first warp
         int warp_total = lane < num_warps ? scratch[lane] : 0;
-        int warp_inclusive = warp_total;
-        for (int offset = 1; offset < WARP_SIZE; offset <<= 1) {
-            int other = __shfl_up_sync(0xffffffffu, warp_inclusive, offset);
-            if (lane >= offset) { warp_inclusive += other; }
-        }
+        int warp_inclusive = warp_inclusive_sum(warp_total);
         scratch[lane] = warp_inclusive - warp_total;  // exclusive offset of each warp
         if (lane == WARP_SIZE - 1) { scratch[WARP_SIZE] = warp_inclusive; }
     }

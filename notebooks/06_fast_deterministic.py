@@ -207,11 +207,13 @@ del p, results, cpu, ref, bound, chunked, bucketed, ulps
 #
 # **One sequence (up to 1024 ids): one block** (`kernels/bucketing_small.cu`). With so few ids nothing is
 # limited by bandwidth; what costs is every launch and every barrier. One block of 512 threads holds two
-# keys per thread and sorts all 1024 of them twice with a bitonic network: first the keys (id, position),
-# which groups the positions by token in ascending order; then one key per distinct token, (1024 − count,
-# token), which is the bucket order. Of the network's 55 compare-exchange steps, 10 swap registers inside a
-# thread, 35 swap through warp shuffles, and only 10 need shared memory and a barrier. A scan of the counts
-# gives every token its start in `bt_list`. One launch in all.
+# keys per thread and sorts all 1024 keys (id, position) with a bitonic network, which groups the positions by
+# token in ascending order. Of the network's 55 compare-exchange steps, 10 swap registers inside a thread, 35
+# swap through warp shuffles, and only 10 need shared memory and a barrier. The tokens are then put in bucket
+# order without a second sort, by the count classes of the scatter route below: a warp finds which of its 32
+# tokens share a count (`__match_any_sync`), a scan per class over the 32 groups of tokens gives each token its
+# place in its class, and the few tokens seen more than 32 times are ranked by comparing them with each other.
+# A scan of the counts gives every token its start in `bt_list`. One launch in all.
 #
 # **Up to 65,536 ids (B = 64 at T = 1024): the scatter route** (`kernels/bucketing_scatter.cu`), which needs
 # no sort of the positions and no grid-wide barrier, because of two facts about this particular table:
@@ -288,7 +290,7 @@ fig = timing_plots.bucketing_phases(phases)
 #
 # At **B = 1** there are 1024 ids, 4 KB: no step is limited by bandwidth. Each of the scatter route's kernels
 # costs one to four microseconds, most of it the latency of a launch and of a few dependent loads; the
-# one-block kernel pays one launch, and its two sorts are most of its time. At
+# one-block kernel pays one launch, and its sort of the positions is the largest of its phases. At
 # **B = 64** (65,536 ids) the cooperative kernel spends most of its time in the two stable sorts and the scans,
 # each a chain of grid-wide barriers; the scatter route does the same job in about half the time: its
 # largest steps are the per-token sorts and the atomics of the counting and scattering kernels, none of them

@@ -9,7 +9,10 @@ For each batch size and id kind, in one GPU run, with the bench's ``GpuTimer`` (
 * the parts alone: the wpe kernel, and each wte kernel with a ready table, to see what overlaps;
 * other schedules of the backward (the table alone first, then the wpe kernel beside the wte kernels; the table
   beside the wpe kernel, then the wte kernels), their bits against the package's (which runs the table and the
-  wte kernels on the caller's stream and the wpe kernel beside them).
+  wte kernels on the caller's stream and the wpe kernel beside them);
+* the package's schedule with plain launches (``loader.PROGRAMMATIC_LAUNCH`` off): the table and the backward end
+  to end, their bits against the package's (which launches the wte kernels and the scatter route's later steps
+  as programmatic dependents).
 
     python scripts/perf_probe.py --out DIR [--batches 1,8,64] [--kinds uniform,zipf,real] [--repeats 20]
 
@@ -31,7 +34,7 @@ if str(ROOT) not in sys.path:
 import numpy as np  # noqa: E402
 
 import gpt2enc_edu as enc  # noqa: E402
-from gpt2enc_edu import buckets, compare, cuda, gpu_buckets, layout  # noqa: E402
+from gpt2enc_edu import buckets, compare, cuda, gpu_buckets, layout, loader  # noqa: E402
 from gpt2enc_edu.bench.floor import distinct_ids, minimal_bytes  # noqa: E402
 from gpt2enc_edu.bench.timer import GpuTimer, measure_copy_rate  # noqa: E402
 from gpt2enc_edu.problems import random_problem  # noqa: E402
@@ -147,6 +150,13 @@ def main() -> int:
         cuda.encoder_backward_wte_chunked(g.dwte, table, g.dout, C, seed)
         stream.wait_event(wpe_done)
 
+    def set_programmatic(on: bool) -> None:
+        """Turn programmatic dependent launch on or off, with fresh table workspaces (the scatter route's graph
+        keeps the launches it was captured with)."""
+        cp.cuda.Device().synchronize()
+        loader.PROGRAMMATIC_LAUNCH = on
+        gpu_buckets.release_workspaces()
+
     for B in [int(b) for b in args.batches.split(",")]:
         for kind in args.kinds.split(","):
             host = random_problem(B, T, C, V, T, ids=kind, rng=np.random.default_rng(1234))
@@ -239,6 +249,30 @@ def main() -> int:
                       f"B={B} {kind} {method}: table-beside-wpe schedule == the package's")
                 record(B, kind, f"backward {method} e2e, table beside wpe, then wte", t_us(
                     lambda method=method: table_beside_wpe_then_wte(g, B, 5, method)), "backward", distinct)
+
+            # ---------------- plain launches: the package's schedule without programmatic dependent launch
+            for method in ("chunked", "bucketed"):
+                want, got = upload(host), upload(host)
+                with stream:
+                    enc.encoder_backward(want.dwte, want.dwpe, want.dout, want.inp, seed=99, method=method,
+                                         bucketing="gpu")
+                stream.synchronize()
+                set_programmatic(False)
+                try:
+                    with stream:
+                        enc.encoder_backward(got.dwte, got.dwpe, got.dout, got.inp, seed=99, method=method,
+                                             bucketing="gpu")
+                    stream.synchronize()
+                    check(compare.bitwise_equal(got.dwte, want.dwte) and compare.bitwise_equal(got.dwpe, want.dwpe),
+                          f"B={B} {kind} {method}: plain launches == the package's")
+                    backward = lambda method=method: enc.encoder_backward(  # noqa: E731
+                        g.dwte, g.dwpe, g.dout, g.inp, seed=5, method=method, bucketing="gpu", check_ids=False)
+                    record(B, kind, f"backward {method} e2e, plain launches", t_us(backward), "backward", distinct)
+                    if method == "chunked":
+                        record(B, kind, "table, plain launches", t_us(
+                            lambda: gpu_buckets.build_bucket_table_gpu(g.inp, C, enc.bfloat16, V)))
+                finally:
+                    set_programmatic(True)
 
             # ---------------- end to end, each route forced; bits against the CPU-built table
             for method in ("chunked", "bucketed"):

@@ -33,11 +33,26 @@ def test_the_bitonic_network_sorts(n):
     assert np.array_equal(twin.block_bitonic_sort(key), np.sort(key))
 
 
+@pytest.mark.parametrize("V, ids", [(50257, "uniform"), (50257, "zipf"), (None, "real"), (2, "uniform"),
+                                   (40, "uniform"), (300, "zipf"), (3, "uniform")])
+@pytest.mark.parametrize("BT", [1, 5, 37, 700, 1000, 1024])
+def test_ranks_by_class_equal_a_sort_of_the_token_keys(rng, V, ids, BT):
+    """Phase 3's count classes give the order a bitonic sort of the keys (1024 - count, segment) gives: every
+    class size, big tokens (more than 32 items, ranked by comparison) and none."""
+    inp = make_ids(ids, 1, BT, seed=rng) if ids == "real" else make_ids(ids, 1, BT, V=V, seed=rng)
+    seg_start, _ = twin.find_segments(twin.sort_positions(inp), BT)
+    count = np.diff(seg_start).astype(np.uint32)
+    keys = np.full(twin.SMALL_MAX_BT, twin.NO_KEY, dtype=np.uint32)
+    keys[: count.size] = ((np.uint32(twin.SMALL_MAX_BT) - count) << np.uint32(twin.POS_BITS)) | np.arange(
+        count.size, dtype=np.uint32)
+    assert np.array_equal(twin.rank_tokens(seg_start), twin.block_bitonic_sort(keys))
+
+
 def test_counters_describe_the_table():
     inp = np.array([[5, 3, 5, 9, 5, 3]], dtype=np.int32)
     key = twin.sort_positions(inp)
     seg_start, _ = twin.find_segments(key, inp.size)
-    _, info, units, counters = twin.write_buckets(key, seg_start, twin.sort_tokens(seg_start), 3)
+    _, info, units, counters = twin.write_buckets(key, seg_start, twin.rank_tokens(seg_start), 3)
     assert counters == {"num_distinct": 3, "max_count": 3, "num_classes": 3, "num_buckets": 9, "num_units": 3}
     assert info[:, 2].tolist() == [5, 5, 5, 3, 3, 3, 9, 9, 9]
     assert units.tolist() == [[5, 0, 0, 3], [3, 0, 3, 2], [9, 0, 5, 1]]

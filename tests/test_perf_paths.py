@@ -4,8 +4,8 @@ Forward versions 1-3 give the mirror's bits; the bucketed wte kernel (idle warps
 the busy ones) gives the mirror's bits for buckets of every size; both bucketing kernels (one block for small
 batches, the cooperative one) give the NumPy table; ``phase_times_us`` accounts for the whole kernel; the chunked
 method gives the mirror's bits with and without its L2 prefetch, and both deterministic methods with and
-without programmatic dependent launch (the one-block and scatter routes of the table); the fp32 atomic backward touches only the batch's
-rows and stays within the fp32 error bound over repeated calls.
+without programmatic dependent launch (the one-block and scatter routes of the table); the fp32 atomic backward
+touches only the batch's rows and stays within the fp32 error bound over repeated calls.
 """
 
 from __future__ import annotations
