@@ -187,30 +187,33 @@ class _LaunchConfig(ctypes.Structure):
 
 #: Scalar kernel arguments the launcher takes, by NumPy type: their ``struct`` format in an 8-byte slot (the
 #: package passes sizes as int32 and seeds as uint32).
-_SCALAR_FORMATS = {np.dtype(np.int32): "i4x", np.dtype(np.uint32): "I4x", np.dtype(np.float32): "f4x",
-                   np.dtype(np.int64): "q", np.dtype(np.uint64): "Q"}
+_SCALAR_FORMATS = {np.int32: "i4x", np.uint32: "I4x", np.float32: "f4x", np.int64: "q", np.uint64: "Q"}
 
 
 def _kernel_params(args: tuple):
-    """cuLaunchKernelEx's ``void* params[]``: the arguments' values, one 8-byte slot each (a device address, or a
-    scalar's bytes at the start of its slot), and an array of the slots' addresses. Returns (slots, addresses):
-    both must stay alive until the launch call returns (the driver copies the values then)."""
+    """cuLaunchKernelEx's ``void* params[]`` in one buffer: the arguments' values, one 8-byte slot each (a device
+    address, or a scalar's bytes at the start of its slot), then the slots' addresses. Returns the buffer (keep it
+    alive until the launch call returns: the driver copies the values then) and the address of ``params``."""
     formats, values = ["<"], []
     for arg in args:
-        if isinstance(arg, np.generic) and arg.dtype in _SCALAR_FORMATS:
-            formats.append(_SCALAR_FORMATS[arg.dtype])
-            values.append(arg.item())
-        elif hasattr(arg, "data") and hasattr(arg.data, "ptr"):  # a CuPy array: its device address
-            formats.append("Q")
-            values.append(arg.data.ptr)
-        else:
+        scalar_format = _SCALAR_FORMATS.get(type(arg))
+        if scalar_format is not None:
+            formats.append(scalar_format)
+            values.append(arg)
+            continue
+        try:
+            values.append(arg.data.ptr)  # a CuPy array: its device address
+        except AttributeError:
+            names = sorted(t.__name__ for t in _SCALAR_FORMATS)
             raise TypeError(f"cannot pass a {type(arg).__name__} to a kernel launched after another; give a CuPy "
-                            f"array or a NumPy scalar of one of {sorted(str(d) for d in _SCALAR_FORMATS)}")
-    count = max(len(args), 1)
-    slots = ctypes.create_string_buffer(struct.pack("".join(formats), *values), 8 * count)
-    base = ctypes.addressof(slots)
-    addresses = ctypes.create_string_buffer(struct.pack(f"<{count}Q", *range(base, base + 8 * count, 8)), 8 * count)
-    return slots, addresses
+                            f"array or a NumPy scalar of one of {names}") from None
+        formats.append("Q")
+    count = len(args)
+    buffer = ctypes.create_string_buffer(16 * max(count, 1))
+    base = ctypes.addressof(buffer)
+    formats.append(f"{count}Q")
+    struct.pack_into("".join(formats), buffer, 0, *values, *range(base, base + 8 * count, 8))
+    return buffer, base + 8 * count
 
 
 @functools.lru_cache(maxsize=None)
@@ -233,17 +236,18 @@ _configs: dict = {}
 
 def _launch_programmatic(kernel, grid: tuple, block: int, args: tuple, shared_mem: int) -> None:
     """``kernel`` on the current stream with the programmatic-stream-serialization attribute set."""
-    cupy = cupy_module()
+    import cupy
+
     key = (grid, block, shared_mem, cupy.cuda.get_current_stream().ptr)
     config = _configs.get(key)
     if config is None:
         grid3 = (grid + (1, 1))[:3]
         config = _configs[key] = _LaunchConfig((ctypes.c_uint * 3)(*grid3), (ctypes.c_uint * 3)(block, 1, 1),
                                                shared_mem, key[3], ctypes.pointer(_PROGRAMMATIC), 1)
-    params = _kernel_params(args)  # (slots, addresses): alive until this function returns
+    buffer, params = _kernel_params(args)  # buffer: alive until this function returns
     function = kernel.kernel  # the RawKernel's loaded cupy.cuda.function.Function; .ptr is its CUfunction
     lib = _driver()
-    status = lib.cuLaunchKernelEx(ctypes.byref(config), function.ptr, ctypes.addressof(params[1]), None)
+    status = lib.cuLaunchKernelEx(ctypes.byref(config), function.ptr, params, None)
     if status != 0:
         text = ctypes.c_char_p()
         lib.cuGetErrorString(status, ctypes.byref(text))

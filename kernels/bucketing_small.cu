@@ -39,8 +39,8 @@
 // Launch: one block of SMALL_THREADS threads, 41 KB of static shared memory:
 //   bucketing_small_kernel(inp, BT, num_c_groups, bucket_info, units, bt_list, counters, stop_after)
 // Requires 1 <= BT <= SMALL_MAX_BT and ids < SMALL_MAX_V (checked by the package). counters as in bucketing.cu.
-// The kernel calls allow_next_grid() at once: the wte kernel launched after it (as a programmatic dependent)
-// may be set up while it runs, and waits for it inside (common.cuh).
+// The kernel calls allow_next_grid() after phase 2: the wte kernel launched after it (as a programmatic
+// dependent) is set up while the last phases run, and waits for it inside (common.cuh).
 #include "common.cuh"
 
 #define SMALL_THREADS 512
@@ -135,10 +135,7 @@ extern "C" __global__ void __launch_bounds__(SMALL_THREADS)
     __shared__ int class_total[SMALL_CHUNK_ITEMS + 1];  // tokens per class
     __shared__ int class_base[SMALL_CHUNK_ITEMS + 1];  // each class's first rank
     __shared__ int big_list[WARP_SIZE];  // the big tokens' segments (at most SMALL_MAX_BT / 33 = 31)
-    // The wte kernel after this one is launched as a programmatic dependent (common.cuh): let it be set up now,
-    // so that its blocks wait on the other SMs while this one works, instead of starting a microsecond after.
-    wait_for_previous_grid();
-    allow_next_grid();
+    wait_for_previous_grid();  // (a no-op: the package launches this kernel the plain way)
     if (stop_after < 0) { return; }  // an empty run: what the launch alone costs
     int first = threadIdx.x * SMALL_KEYS;  // elements first .. first + SMALL_KEYS - 1 are this thread's (but phase 3)
     for (int i = threadIdx.x; i < SMALL_GROUPS * (SMALL_CHUNK_ITEMS + 1); i += SMALL_THREADS) {
@@ -179,6 +176,12 @@ extern "C" __global__ void __launch_bounds__(SMALL_THREADS)
     }
     if (threadIdx.x == 0) { seg_start[num_distinct] = BT; }
     __syncthreads();
+    // The wte kernel after this one is launched as a programmatic dependent (common.cuh): let it be set up now, so
+    // that its blocks wait on the other SMs for the last phases, instead of starting a microsecond after them.
+    // Not earlier: its waiting blocks take SM slots, and the wpe kernel (on another stream, started about when
+    // this one starts) should get its slots first. On an H200, with this call at the top, the bucketed wte
+    // kernel's waiting blocks filled every SM and the wpe kernel started only when the table was done.
+    allow_next_grid();
     if (stop_after == 2) { return; }
 
     // Phase 3: every segment's rank, by count classes instead of a second sort (the scatter route's idea,

@@ -156,13 +156,13 @@ def programmatic(request, monkeypatch):
 
 @pytest.mark.parametrize("programmatic", [True, False], indirect=True, ids=["programmatic", "plain"])
 @pytest.mark.parametrize("method", ["chunked", "bucketed"])
-@pytest.mark.parametrize("B, T, ids", [(1, 1024, "zipf"), (1, 700, "uniform"), (6, 512, "zipf"), (3, 512, "real")])
+@pytest.mark.parametrize("B, T, ids", [(1, 1024, "zipf"), (1, 700, "uniform"), (6, 512, "zipf"), (3, 512, "uniform")])
 def test_same_bits_with_and_without_programmatic_launch(rng, programmatic, method, B, T, ids):
     """Three calls per shape: the scatter route (B > 1) launches its steps one by one, then captures them as a graph,
-    then replays it. Each call gives the mirror's bits."""
-    V = 50257
+    then replays it. Each call gives the mirror's bits. (V = 4000: Zipf ids give tokens of many chunks.)"""
+    V = 4000
     for _ in range(3):
-        p = random_problem(B, T, 776, V, T, dtype=bfloat16, ids=ids, rng=rng)
+        p = random_problem(B, T, 264, V, T, dtype=bfloat16, ids=ids, rng=rng)
         assert_gpu_backward_gives_the_mirrors_bits(p, method, rng)
 
 

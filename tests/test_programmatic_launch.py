@@ -22,9 +22,9 @@ class _DeviceArray:
 
 def _read_params(params, formats: str) -> list:
     """The values behind ``void* params[]``, read back through the addresses, one ``struct`` format each."""
-    slots, addresses = params
+    _buffer, addresses = params
     count = len(formats)
-    pointers = struct.unpack(f"<{count}Q", addresses.raw[: 8 * count])
+    pointers = struct.unpack(f"<{count}Q", ctypes.string_at(addresses, 8 * count))
     return [struct.unpack("<" + f, ctypes.string_at(p, struct.calcsize(f)))[0] for p, f in zip(pointers, formats)]
 
 
