@@ -185,7 +185,7 @@ def _grid_size(cupy, BT: int, V: int) -> int:
 
 def small_kernel_fits(BT: int, V: int) -> bool:
     """Whether the one-block kernel takes BT ids of a vocabulary of V (at most 1024 ids, each id and its
-    position in one 32-bit key; its 37 KB of static shared memory fit every supported GPU)."""
+    position in one 32-bit key; its 41 KB of static shared memory fit every supported GPU)."""
     return BT <= SMALL_MAX_BT and V <= SMALL_MAX_V
 
 

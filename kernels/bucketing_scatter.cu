@@ -73,7 +73,7 @@ __device__ __forceinline__ int warp_sum(int value) {
 //    token would otherwise queue thousands of atomics on one address).
 extern "C" __global__ void __launch_bounds__(SCATTER_SMALL_BLOCK)
     scatter_count_kernel(const int* inp, int BT, int* counts, int* counters) {
-    wait_for_previous_grid();  // kernels 2-6 are programmatic dependents of the one before (common.cuh)
+    wait_for_previous_grid();  // a no-op here: kernel 1 follows the memset, launched the plain way (common.cuh)
     allow_next_grid();
     int bt = blockIdx.x * blockDim.x + threadIdx.x;
     int lane = threadIdx.x % WARP_SIZE;

@@ -124,7 +124,7 @@ __device__ void block_bitonic_sort(unsigned int (&key)[SMALL_KEYS], unsigned int
 extern "C" __global__ void __launch_bounds__(SMALL_THREADS)
     bucketing_small_kernel(const int* inp, int BT, int num_c_groups, int4* bucket_info, int4* units, int* bt_list,
                            int* counters, int stop_after) {
-    __shared__ unsigned int buf[2 * SMALL_MAX_BT];  // the sorts' exchange buffers
+    __shared__ unsigned int buf[2 * SMALL_MAX_BT];  // the sort's exchange buffers; phase 3: token keys by rank
     __shared__ unsigned int sorted[SMALL_MAX_BT];  // phase 1's keys, slot by slot
     __shared__ int seg_start[SMALL_MAX_BT + 1];  // first slot of each segment (and BT after the last)
     __shared__ int seg_new_start[SMALL_MAX_BT];  // each segment's start in bt_list
