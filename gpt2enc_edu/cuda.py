@@ -144,7 +144,8 @@ def encoder_backward_deterministic_gpu_bucketing(dwte, dwpe, dout, inp, B: int, 
     stream: no host round trip, no host sync.
 
     The wte kernel needs the table, the wpe kernel needs neither: the chain table -> wte is the critical path,
-    and it runs on the caller's stream with no event between its kernels. Events order the rest without the
+    and it runs on the caller's stream with no event between its kernels (on sm_90 and newer each wte kernel is
+    launched as a programmatic dependent of the kernel before it, ``loader.launch(..., after_kernel=True)``). Events order the rest without the
     host: the side stream starts after all work already queued on the caller's stream (dout is ready, and an
     earlier call's wpe kernel is done), and the caller's stream waits for the wpe kernel at the end, so that
     whatever it runs next sees dwpe. (Measured on an H200 against the schedule before, the table beside the
