@@ -148,10 +148,10 @@ def encoder_backward_deterministic_gpu_bucketing(dwte, dwpe, dout, inp, B: int, 
     launched as a programmatic dependent of the kernel before it, ``loader.launch(..., after_kernel=True)``).
     Events order the rest without the host: the side stream starts after all work already queued on the caller's
     stream (dout is ready, and an earlier call's wpe kernel is done), and the caller's stream waits for the wpe
-    kernel at the end, so that whatever it runs next sees dwpe. (Measured on an H200 against the schedule before, the table beside the
-    wpe kernel and then the wte kernel: the chunked method 0.5-1.3 us faster at B=1 and B=8 and 4-6 us faster
-    at B=64; the bucketed one 1.4-1.8 us faster at B=1, within 1% at B=8 and within 2% either way at B=64;
-    docs/performance.md, part 4.)
+    kernel at the end, so that whatever it runs next sees dwpe. (Measured on an H200 against the schedule before,
+    the table beside the wpe kernel and then the wte kernel: the chunked method 0.5-1.3 us faster at B=1 and B=8
+    and 4-6 us faster at B=64; the bucketed one 1.4-1.8 us faster at B=1, within 1% at B=8 and within 2% either
+    way at B=64; docs/performance.md, part 4.)
     """
     cupy = cupy_module()
     main = cupy.cuda.get_current_stream()
