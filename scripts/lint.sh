@@ -6,11 +6,25 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-$(dirname "${PY:-.venv/bin/python}")}
 find_tool() { if [ -x "$BIN/$1" ]; then echo "$BIN/$1"; elif command -v "$1" >/dev/null 2>&1; then command -v "$1"; fi; }
+# Each check's failure is kept (a failing command on the left of && would not stop `set -e`), and the script
+# exits non-zero if either failed.
+status=0
 ruff=$(find_tool ruff)
-if [ -n "$ruff" ]; then "$ruff" check --quiet . && echo "ruff: ok"; else echo "ruff: not installed, skipped"; fi
-clang_format=$(find_tool clang-format)
-if [ -n "$clang_format" ]; then
-  "$clang_format" --dry-run -Werror kernels/*.cu kernels/*.cuh && echo "clang-format: ok"
+if [ -z "$ruff" ]; then
+  echo "ruff: not installed, skipped"
+elif "$ruff" check --quiet .; then
+  echo "ruff: ok"
 else
-  echo "clang-format: not installed, skipped"
+  echo "ruff: failed"
+  status=1
 fi
+clang_format=$(find_tool clang-format)
+if [ -z "$clang_format" ]; then
+  echo "clang-format: not installed, skipped"
+elif "$clang_format" --dry-run -Werror kernels/*.cu kernels/*.cuh; then
+  echo "clang-format: ok"
+else
+  echo "clang-format: failed"
+  status=1
+fi
+exit $status
