@@ -74,6 +74,13 @@ def find_segments(key: np.ndarray, BT: int) -> tuple[np.ndarray, np.ndarray]:
     return seg_start, seg
 
 
+def token_keys(seg_start: np.ndarray) -> np.ndarray:
+    """Each segment's key ``((SMALL_MAX_BT - count) << POS_BITS) | segment``, in segment order: sorted ascending,
+    these keys give the bucket order (count descending, then id)."""
+    count = np.diff(seg_start).astype(np.uint32)
+    return ((np.uint32(SMALL_MAX_BT) - count) << np.uint32(POS_BITS)) | np.arange(count.size, dtype=np.uint32)
+
+
 def rank_tokens(seg_start: np.ndarray) -> np.ndarray:
     """Phase 3: element r's token key after ranking: the token of rank r (count descending, then id).
 
@@ -112,9 +119,7 @@ def rank_tokens(seg_start: np.ndarray) -> np.ndarray:
     mine = token_count[big][:, None]
     rank[big] = ((other_count > mine) | ((other_count == mine) & (big_list[None, :] < s[big][:, None]))).sum(-1)
     buf = np.full(SMALL_MAX_BT, NO_KEY, dtype=np.uint32)
-    real = cls != NO_CLASS
-    buf[rank[real]] = ((np.uint32(SMALL_MAX_BT) - token_count[real].astype(np.uint32)) << np.uint32(POS_BITS)) | s[
-        real].astype(np.uint32)
+    buf[rank[:num_distinct]] = token_keys(seg_start)  # the real segments are 0 .. num_distinct - 1
     return buf
 
 

@@ -41,10 +41,8 @@ def test_ranks_by_class_equal_a_sort_of_the_token_keys(rng, V, ids, BT):
     class size, big tokens (more than 32 items, ranked by comparison) and none."""
     inp = make_ids(ids, 1, BT, seed=rng) if ids == "real" else make_ids(ids, 1, BT, V=V, seed=rng)
     seg_start, _ = twin.find_segments(twin.sort_positions(inp), BT)
-    count = np.diff(seg_start).astype(np.uint32)
     keys = np.full(twin.SMALL_MAX_BT, twin.NO_KEY, dtype=np.uint32)
-    keys[: count.size] = ((np.uint32(twin.SMALL_MAX_BT) - count) << np.uint32(twin.POS_BITS)) | np.arange(
-        count.size, dtype=np.uint32)
+    keys[: seg_start.size - 1] = twin.token_keys(seg_start)
     assert np.array_equal(twin.rank_tokens(seg_start), twin.block_bitonic_sort(keys))
 
 
