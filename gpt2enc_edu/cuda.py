@@ -23,7 +23,7 @@ from .layout import (
     num_c_groups,
     pack_size,
 )
-from .loader import cupy_module, get_kernel, launch
+from .loader import cupy_module, device_facts, get_kernel, launch
 
 #: The forward's versions (kernels/encoder_forward.cu): kernel name, and threads for (B, T, C, pack size).
 FORWARD_VERSIONS = {
@@ -87,24 +87,11 @@ def prefetch_rows(dout_nbytes: int, l2_bytes: int) -> bool:
     return dout_nbytes <= PREFETCH_MAX_L2_SHARE * l2_bytes
 
 
-_l2_bytes: dict = {}
-
-
-def _l2_cache_bytes() -> int:
-    """The current device's L2 cache size (read once per device: reading all attributes costs host time)."""
-    cupy = cupy_module()
-    device = cupy.cuda.Device()
-    if device.id not in _l2_bytes:
-        _l2_bytes[device.id] = int(device.attributes["L2CacheSize"])
-    return _l2_bytes[device.id]
-
-
 def _launch_chunk_kernel(dwte, table, dout, C: int, seed: int):
     """The first of the chunked method's two kernels (it finishes single-chunk tokens); returns the partials."""
     kernel = get_kernel("encoder_backward_wte_chunked.cu", "encoder_backward_wte_chunked_kernel", dout.dtype)
-    BT = int(table.bt_list.shape[0])
-    partials = _chunk_partials(BT, num_c_groups(C, dout.dtype) * c_per_group(dout.dtype))
-    prefetch = prefetch_rows(dout.nbytes, _l2_cache_bytes())
+    partials = _chunk_partials(table.num_positions, num_c_groups(C, dout.dtype) * c_per_group(dout.dtype))
+    prefetch = prefetch_rows(dout.nbytes, device_facts().l2_cache_bytes)
     grid = (ceil_div(table.max_units, CHUNKED_WARPS_PER_BLOCK), num_c_groups(C, dout.dtype))  # (units, groups)
     launch(kernel, grid, WARP_SIZE * CHUNKED_WARPS_PER_BLOCK,
            (dwte, table.units, table.bt_list, dout, partials, table.num_units_device, np.int32(C), np.uint32(seed),
@@ -118,8 +105,7 @@ def encoder_backward_wte_chunked(dwte, table, dout, C: int, seed: int) -> None:
     partials = _launch_chunk_kernel(dwte, table, dout, C, seed)
     combine_kernel = get_kernel("encoder_backward_wte_chunked.cu", "encoder_backward_wte_chunk_combine_kernel",
                                 dout.dtype)
-    BT = int(table.bt_list.shape[0])
-    launch(combine_kernel, min(table.max_units, max_multi_chunk_units(BT)), COMBINE_THREADS,
+    launch(combine_kernel, min(table.max_units, max_multi_chunk_units(table.num_positions)), COMBINE_THREADS,
            (dwte, table.units, partials, table.num_units_device, np.int32(C), np.uint32(seed)), after_kernel=True)
 
 

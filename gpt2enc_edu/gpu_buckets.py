@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import loader
 from .buckets import BucketTable
 from .layout import (
     BUCKETING_THREADS,
@@ -48,7 +49,7 @@ from .layout import (
     num_c_groups,
     scatter_max_big,
 )
-from .loader import cupy_module, get_kernel, launch
+from .loader import cupy_module, device_facts, get_kernel, launch
 from .validate import check_choice
 
 #: The ways to build the table on the GPU (``build_bucket_table_gpu``'s ``route``).
@@ -97,6 +98,11 @@ class DeviceBucketTable:
     @property
     def max_units(self) -> int:
         return int(self.units.shape[0])
+
+    @property
+    def num_positions(self) -> int:
+        """B*T: the length of ``bt_list`` (exact, unlike the bounds above)."""
+        return int(self.bt_list.shape[0])
 
     @property
     def num_buckets_device(self):
@@ -178,9 +184,9 @@ def release_workspaces() -> None:
     _workspaces.clear()
 
 
-def _grid_size(cupy, BT: int, V: int) -> int:
+def _grid_size(BT: int, V: int) -> int:
     """Blocks of the cooperative launch on the current device (``layout.cooperative_grid_blocks``)."""
-    return cooperative_grid_blocks(BT, V, cupy.cuda.Device().attributes["MultiProcessorCount"])
+    return cooperative_grid_blocks(BT, V, device_facts().sm_count)
 
 
 def small_kernel_fits(BT: int, V: int) -> bool:
@@ -226,7 +232,7 @@ def _launch_scatter(cupy, inp, BT: int, V: int, groups: int, dtype, ws, stop_aft
     num_tiles = ceil_div(V, SCATTER_THREADS)
     position_grid = ceil_div(BT, SCATTER_SMALL_BLOCK)
     # Blocks that sort big tokens: two per SM at most (a 1024-thread block with an 8 KiB bitmap; two fit an SM).
-    big_blocks = max(1, min(scatter_max_big(BT), 2 * cupy.cuda.Device().attributes["MultiProcessorCount"]))
+    big_blocks = max(1, min(scatter_max_big(BT), 2 * device_facts().sm_count))
     small_warps = SCATTER_THREADS // WARP_SIZE  # one small token per warp
     launches = (
         ("scatter_count_kernel", position_grid, SCATTER_SMALL_BLOCK, (inp, np.int32(BT), ws.counts, ws.counters)),
@@ -287,11 +293,13 @@ def _launch(inp, C: int, dtype, V: int, stop_after: int = 0, route: str | None =
     groups = num_c_groups(C, dtype)
     route = _check_route(route, BT, V)
     # One workspace per dtype too: the scatter route's graph holds the kernels compiled for one dtype, and a
-    # capture must not be the first call to compile and load another dtype's.
-    key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, BT, V, groups, route, dtype_name(dtype))
+    # capture must not be the first call to compile and load another dtype's. And one per launch method: the graph
+    # keeps the launches it was captured with, programmatic or plain (``loader.PROGRAMMATIC_LAUNCH``).
+    key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, BT, V, groups, route, dtype_name(dtype),
+           loader.PROGRAMMATIC_LAUNCH)
     ws = _workspaces.get(key)
     if ws is None:
-        grid = _grid_size(cupy, BT, V) if route == "cooperative" else 1
+        grid = _grid_size(BT, V) if route == "cooperative" else 1
         ws = _workspaces[key] = _Workspace(cupy, BT, V, groups, grid, route)
     if route == "scatter" and stop_after == 0:
         _launch_scatter_graph(cupy, inp, BT, V, groups, dtype, ws)

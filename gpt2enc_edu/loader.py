@@ -7,6 +7,7 @@
   ``KernelCompileError`` with NVRTC's log; a missing CuPy or GPU raises ``CudaUnavailableError`` saying why.
 * ``compile_source`` compiles any source text with the same options (the course compiles a learner's
   kernel through it, so it sees exactly the headers and flags of the real one).
+* ``device_facts`` reads what launch choices depend on (compute capability, SMs, L2 size) once per device.
 * Every launch goes through ``launch``, which refuses an empty grid and surfaces launch errors as
   ``RuntimeError``. ``launch(..., after_kernel=True)`` launches a kernel as a *programmatic dependent* of the
   kernel before it on the stream (sm_90 and newer; see ``launch``), through the driver's ``cuLaunchKernelEx``,
@@ -18,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -125,6 +127,31 @@ def get_kernel(file_name: str, kernel_name: str, dtype):
     return _module(file_name, dtype_name(dtype)).get_function(kernel_name)
 
 
+@dataclass(frozen=True)
+class DeviceFacts:
+    """What the package's launch choices need to know about a device."""
+
+    compute_capability: int  # major * 10 + minor: 90 for an H100 or H200
+    sm_count: int
+    l2_cache_bytes: int
+
+
+_device_facts: dict = {}
+
+
+def device_facts() -> DeviceFacts:
+    """The current device's ``DeviceFacts``, read once per device: CuPy's ``Device.attributes`` queries every
+    attribute the driver has, which costs host time a launch should not pay each call."""
+    cupy = cupy_module()
+    device = cupy.cuda.Device()
+    if device.id not in _device_facts:
+        attributes = device.attributes
+        _device_facts[device.id] = DeviceFacts(compute_capability=int(device.compute_capability),
+                                               sm_count=int(attributes["MultiProcessorCount"]),
+                                               l2_cache_bytes=int(attributes["L2CacheSize"]))
+    return _device_facts[device.id]
+
+
 #: Launch kernels marked ``after_kernel`` as programmatic dependents where the GPU can (sm_90 and newer). Tests
 #: and the probe turn it off to check that the bits do not depend on it and to time what it gains.
 PROGRAMMATIC_LAUNCH = True
@@ -159,16 +186,9 @@ def launch(kernel, grid, block: int, args: tuple, *, shared_mem: int = 0, after_
         raise RuntimeError(f"launch of {name} failed (grid={grid}, block={block}): {exc}") from exc
 
 
-_programmatic_support: dict = {}
-
-
 def _programmatic_launch_supported() -> bool:
     """Whether the current device runs programmatic dependent launches (compute capability 9.0 and newer)."""
-    cupy = cupy_module()
-    device = cupy.cuda.Device()
-    if device.id not in _programmatic_support:
-        _programmatic_support[device.id] = int(device.compute_capability) >= 90
-    return _programmatic_support[device.id]
+    return device_facts().compute_capability >= 90
 
 
 # cuLaunchKernelEx's structures (cuda.h): CUlaunchAttribute is a 4-byte id, 4 bytes of padding and a 64-byte

@@ -151,11 +151,10 @@ def main() -> int:
         stream.wait_event(wpe_done)
 
     def set_programmatic(on: bool) -> None:
-        """Turn programmatic dependent launch on or off, with fresh table workspaces (the scatter route's graph
-        keeps the launches it was captured with)."""
+        """Turn programmatic dependent launch on or off (the table's workspaces, and so the scatter route's graph,
+        are kept per setting: gpu_buckets._launch)."""
         cp.cuda.Device().synchronize()
         loader.PROGRAMMATIC_LAUNCH = on
-        gpu_buckets.release_workspaces()
 
     for B in [int(b) for b in args.batches.split(",")]:
         for kind in args.kinds.split(","):

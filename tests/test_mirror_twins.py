@@ -281,7 +281,7 @@ def test_gpu_bucketing_kernel_equals_its_twin(rng, dtype, case):
     g_inp = cupy.asarray(inp)
     assert _same_table(twin.bucketing_kernel(inp, C, dtype, V), enc.make_buckets(g_inp, C, dtype, V=V).to_host())
 
-    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    sms = loader.device_facts().sm_count
     kernel = loader.get_kernel("bucketing.cu", "bucketing_kernel", dtype)
     for num_blocks in sorted({1, 2, layout.cooperative_grid_blocks(BT, V, sms)}):
         ws = twin.make_workspace(BT, V, num_blocks, fill=POISON)

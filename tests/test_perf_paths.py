@@ -146,8 +146,8 @@ def test_chunked_kernel_prefetch_keeps_the_bits(rng, monkeypatch, dtype, prefetc
 
 @pytest.fixture
 def programmatic(request, monkeypatch):
-    """Set ``loader.PROGRAMMATIC_LAUNCH`` for one test, with fresh table workspaces (the scatter route's graph
-    keeps the launches it was captured with) before and after."""
+    """Set ``loader.PROGRAMMATIC_LAUNCH`` for one test, whose table workspaces start fresh (so that its three calls
+    go through all three stages of the scatter route: step by step, capture, replay)."""
     gpu_buckets.release_workspaces()
     monkeypatch.setattr(loader, "PROGRAMMATIC_LAUNCH", request.param)
     yield request.param
@@ -164,6 +164,21 @@ def test_same_bits_with_and_without_programmatic_launch(rng, programmatic, metho
     for _ in range(3):
         p = random_problem(B, T, 264, V, T, dtype=bfloat16, ids=ids, rng=rng)
         assert_gpu_backward_gives_the_mirrors_bits(p, method, rng)
+
+
+def test_launch_method_has_its_own_table_workspace(monkeypatch):
+    """The scatter route's graph keeps the launches it was captured with: turning programmatic launches off (or
+    on) must give a workspace of its own, whose graph is captured with the new setting, not replay the old one."""
+    import cupy
+
+    inp = cupy.asarray(make_ids("uniform", 2, 512, V=3000, seed=5))
+    monkeypatch.setattr(loader, "PROGRAMMATIC_LAUNCH", True)
+    programmatic_ws = gpu_buckets._launch(inp, 264, bfloat16, 3000, route="scatter")
+    monkeypatch.setattr(loader, "PROGRAMMATIC_LAUNCH", False)
+    plain_ws = gpu_buckets._launch(inp, 264, bfloat16, 3000, route="scatter")
+    assert plain_ws is not programmatic_ws
+    assert gpu_buckets._launch(inp, 264, bfloat16, 3000, route="scatter") is plain_ws
+    cupy.cuda.get_current_stream().synchronize()
 
 
 def test_prefetch_rows_up_to_a_quarter_of_l2():

@@ -1,5 +1,6 @@
 """The programmatic dependent launcher (``loader.launch(..., after_kernel=True)``), on any machine: its structures
-match cuda.h's, its argument array points at each argument's value, and it refuses what a kernel cannot take.
+match cuda.h's, its argument array points at each argument's value, and it refuses what a kernel cannot take; the
+device facts it goes by are read once per device.
 (On the GPU, ``test_perf_paths.py`` checks that the bits are the same with it on and off.)"""
 
 from __future__ import annotations
@@ -54,3 +55,34 @@ def test_launch_structures_match_cuda_h():
     assert (loader._LaunchConfig.shared_mem.offset, loader._LaunchConfig.stream.offset,
             loader._LaunchConfig.attrs.offset, loader._LaunchConfig.num_attrs.offset) == (24, 32, 40, 48)
     assert loader._PROGRAMMATIC.id == 6 and loader._PROGRAMMATIC.value[0] == 1
+
+
+class _FakeDevice:
+    """Stands in for ``cupy.cuda.Device()``: counts how often all attributes are read (each read costs host time)."""
+
+    reads: dict = {}
+    current = 0
+    specs = {0: (90, 132, 60 * 2**20), 1: (80, 108, 40 * 2**20)}
+
+    def __init__(self):
+        self.id = _FakeDevice.current
+        self.compute_capability = str(self.specs[self.id][0])
+
+    @property
+    def attributes(self):
+        _FakeDevice.reads[self.id] = _FakeDevice.reads.get(self.id, 0) + 1
+        cc, sms, l2 = self.specs[self.id]
+        return {"MultiProcessorCount": sms, "L2CacheSize": l2, "MaxThreadsPerBlock": 1024}
+
+
+def test_device_facts_are_read_once_per_device(monkeypatch):
+    fake_cupy = type("cupy", (), {"cuda": type("cuda", (), {"Device": _FakeDevice})})
+    monkeypatch.setattr(loader, "cupy_module", lambda: fake_cupy)
+    monkeypatch.setattr(loader, "_device_facts", {})
+    monkeypatch.setattr(_FakeDevice, "reads", {})
+    for device in (0, 1, 0, 1, 0):
+        monkeypatch.setattr(_FakeDevice, "current", device)
+        facts = loader.device_facts()
+        assert (facts.compute_capability, facts.sm_count, facts.l2_cache_bytes) == _FakeDevice.specs[device]
+        assert loader._programmatic_launch_supported() == (device == 0)  # sm_90 and newer
+    assert _FakeDevice.reads == {0: 1, 1: 1}
