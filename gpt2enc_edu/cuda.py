@@ -57,8 +57,9 @@ def encoder_backward_wpe(dwpe, dout, B: int, T: int, C: int, seed: int) -> None:
 
 def encoder_backward_wte_bucketed(dwte, table, dout, C: int, seed: int) -> None:
     """One block per bucket; ``table`` is a ``BucketTable`` (copied over, llm.c's route) or a device one."""
-    kernel = get_kernel("encoder_backward_wte_bucketed.cu", "encoder_backward_wte_bucketed_kernel", dout.dtype)
     table = to_device(table)
+    table.require_bucket_rows("the bucketed wte kernel")
+    kernel = get_kernel("encoder_backward_wte_bucketed.cu", "encoder_backward_wte_bucketed_kernel", dout.dtype)
     launch(kernel, table.max_buckets, WTE_BLOCK_SIZE,
            (dwte, table.info, table.bt_list, dout, table.num_buckets_device, np.int32(C), np.uint32(seed)),
            after_kernel=True)
@@ -147,7 +148,7 @@ def encoder_backward_deterministic_gpu_bucketing(dwte, dwpe, dout, inp, B: int, 
     with side:
         encoder_backward_wpe(dwpe, dout, B, T, C, seed)
         wpe_done.record(side)
-    table = build_bucket_table_gpu(inp, C, dout.dtype, V)
+    table = build_bucket_table_gpu(inp, C, dout.dtype, V, bucket_rows=not chunked)  # chunked: units only
     (encoder_backward_wte_chunked if chunked else encoder_backward_wte_bucketed)(dwte, table, dout, C, seed)
     main.wait_event(wpe_done)
 

@@ -15,6 +15,8 @@ into device buffers, by one of three routes (``ROUTES``; ``bucketing_route`` say
 without waiting for the GPU, so a ``DeviceBucketTable`` carries upper bounds (``max_buckets``,
 ``max_units``) for launch grids plus the exact sizes in device memory (``counters``), which the wte
 kernels read. ``to_host()`` waits, trims, and returns an ordinary ``BucketTable`` (for tests and plots).
+``build_bucket_table_gpu(..., bucket_rows=False)`` is for a caller that reads only the units and ``bt_list`` (the
+chunked wte kernels): the one-block route then skips the bucket rows, and the table says so (``has_bucket_rows``).
 
 Buffers come from a per-(device, stream, size) workspace that is reused from call to call, so a table is
 valid until the next GPU bucketing of the same size on the same stream; ``to_host()`` copies it out.
@@ -90,6 +92,7 @@ class DeviceBucketTable:
     counters: object  # cupy (NUM_COUNTERS,) int32
     C: int
     dtype: np.dtype
+    has_bucket_rows: bool = True  # False: ``info`` was not written (built with ``bucket_rows=False``)
 
     @property
     def max_buckets(self) -> int:
@@ -113,8 +116,15 @@ class DeviceBucketTable:
     def num_units_device(self):
         return self.counters[COUNTER_NUM_UNITS : COUNTER_NUM_UNITS + 1]
 
+    def require_bucket_rows(self, reader: str) -> None:
+        """Refuse (ValueError) a table built without its bucket rows, for ``reader``, which reads them."""
+        if not self.has_bucket_rows:
+            raise ValueError(f"{reader} reads the bucket rows, and this table was built without them "
+                             "(build_bucket_table_gpu(..., bucket_rows=False)); build it with bucket_rows=True")
+
     def to_host(self) -> BucketTable:
         """Wait for the GPU and return the table as NumPy arrays, trimmed to its real size."""
+        self.require_bucket_rows("to_host()")
         counters = self.counters.get()
         num_buckets, num_units = int(counters[COUNTER_NUM_BUCKETS]), int(counters[COUNTER_NUM_UNITS])
         return BucketTable(info=self.info[:num_buckets].get(), bt_list=self.bt_list.get(),
@@ -286,8 +296,9 @@ def _launch_scatter_graph(cupy, inp, BT: int, V: int, groups: int, dtype, ws) ->
     ws.graph.launch(stream)
 
 
-def _launch(inp, C: int, dtype, V: int, stop_after: int = 0, route: str | None = None):
-    """Build the table for these ids by ``route`` (``stop_after`` > 0: only its first phases); the workspace."""
+def _launch(inp, C: int, dtype, V: int, stop_after: int = 0, route: str | None = None, bucket_rows: bool = True):
+    """Build the table for these ids by ``route`` (``stop_after`` > 0: only its first phases; ``bucket_rows`` as in
+    ``build_bucket_table_gpu``); the workspace."""
     cupy = cupy_module()
     BT = int(inp.size)
     groups = num_c_groups(C, dtype)
@@ -307,7 +318,8 @@ def _launch(inp, C: int, dtype, V: int, stop_after: int = 0, route: str | None =
         _launch_scatter(cupy, inp, BT, V, groups, dtype, ws, stop_after)
     elif route == "small":
         launch(get_kernel("bucketing_small.cu", "bucketing_small_kernel", dtype), 1, SMALL_THREADS,
-               (inp, np.int32(BT), np.int32(groups), ws.info, ws.units, ws.bt_list, ws.counters, np.int32(stop_after)))
+               (inp, np.int32(BT), np.int32(groups), ws.info, ws.units, ws.bt_list, ws.counters, np.int32(bucket_rows),
+                np.int32(stop_after)))
     else:
         launch(get_kernel("bucketing.cu", "bucketing_kernel", dtype), ws.grid, BUCKETING_THREADS,
                (inp, np.int32(BT), np.int32(V), np.int32(groups), ws.counts, ws.presence, ws.keys0, ws.vals0,
@@ -316,15 +328,22 @@ def _launch(inp, C: int, dtype, V: int, stop_after: int = 0, route: str | None =
     return ws
 
 
-def build_bucket_table_gpu(inp, C: int, dtype, V: int, *, route: str | None = None) -> DeviceBucketTable:
+def build_bucket_table_gpu(inp, C: int, dtype, V: int, *, route: str | None = None,
+                           bucket_rows: bool = True) -> DeviceBucketTable:
     """Build the table on the current stream for validated (B, T) int32 CuPy ids in [0, V).
 
     ``route`` (one of ``ROUTES``) picks the kernels; ``None`` lets ``bucketing_route`` pick by size. Every
     route gives the same table.
+
+    ``bucket_rows=False``: the caller reads only the units, ``bt_list`` and the counters (the chunked wte kernels
+    do). The one-block route then does not write the bucket rows, which took 0.2-0.9 us of its 8 us at B=1 on an
+    H200 (docs/performance.md, part 6); the other routes write them anyway, since their own later steps read them.
+    The table's ``has_bucket_rows`` says which, and readers of the rows (``to_host``, the bucketed wte kernel)
+    refuse a table without them.
     """
-    ws = _launch(inp, C, dtype, V, route=route)
+    ws = _launch(inp, C, dtype, V, route=route, bucket_rows=bucket_rows)
     return DeviceBucketTable(info=ws.info, bt_list=ws.bt_list, units=ws.units, counters=ws.counters, C=C,
-                             dtype=np.dtype(dtype))
+                             dtype=np.dtype(dtype), has_bucket_rows=bool(bucket_rows) or ws.route != "small")
 
 
 #: The phases of each bucketing kernel, in order: ``stop_after = i + 1`` ends the kernel after phase ``i``.

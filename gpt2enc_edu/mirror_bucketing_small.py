@@ -124,7 +124,11 @@ def rank_tokens(seg_start: np.ndarray) -> np.ndarray:
 
 
 def write_buckets(key, seg_start, token_key, groups: int):
-    """Phase 4: ``seg_new_start`` per segment, the bucket and unit lists, and the counters (as a dict)."""
+    """Phase 4: ``seg_new_start`` per segment, the bucket and unit lists, and the counters (as a dict).
+
+    (The kernel writes the bucket rows only when asked, ``write_bucket_rows``: the chunked method does not read
+    them. The twin always builds them, since the table it returns is the whole table.)
+    """
     num_distinct = seg_start.size - 1
     ranked = token_key[:num_distinct]
     s = (ranked & POS_MASK).astype(np.int64)

@@ -33,11 +33,16 @@
 //      after the few "big" tokens (seen more often), ranked by comparing them with each other. Element r then
 //      holds the key ((SMALL_MAX_BT - count) << SMALL_POS_BITS) | s of the token of rank r. (A second bitonic
 //      sort of these keys gives the same order; on an H200 it took 0.5-0.8 us longer, docs/performance.md part 5.)
-//   4. Rank r's start in bt_list and its first unit (one scan of two packed fields), its buckets and units.
+//   4. Rank r's start in bt_list and its first unit (one scan of two packed fields), its units and (where asked) its
+//      bucket rows. The chunked wte kernels read only the units and bt_list, so the package asks for the bucket
+//      rows only for the bucketed method: writing 3 rows per token from one SM took 0.2-0.9 us of the kernel's
+//      8 on an H200 (docs/performance.md, part 6).
 //   5. bt_list: every sorted position moves to its token's new start plus its place inside the segment.
 //
 // Launch: one block of SMALL_THREADS threads, 41 KB of static shared memory:
-//   bucketing_small_kernel(inp, BT, num_c_groups, bucket_info, units, bt_list, counters, stop_after)
+//   bucketing_small_kernel(inp, BT, num_c_groups, bucket_info, units, bt_list, counters, write_bucket_rows,
+//                          stop_after)
+//   write_bucket_rows = 0 leaves bucket_info as it was (counters still hold the number of buckets).
 // Requires 1 <= BT <= SMALL_MAX_BT and ids < SMALL_MAX_V (checked by the package). counters as in bucketing.cu.
 // The kernel calls allow_next_grid() after phase 2: the wte kernel launched after it (as a programmatic
 // dependent) is set up while the last phases run, and waits for it inside (common.cuh).
@@ -123,7 +128,7 @@ __device__ void block_bitonic_sort(unsigned int (&key)[SMALL_KEYS], unsigned int
 
 extern "C" __global__ void __launch_bounds__(SMALL_THREADS)
     bucketing_small_kernel(const int* inp, int BT, int num_c_groups, int4* bucket_info, int4* units, int* bt_list,
-                           int* counters, int stop_after) {
+                           int* counters, int write_bucket_rows, int stop_after) {
     __shared__ unsigned int buf[2 * SMALL_MAX_BT];  // the sort's exchange buffers; phase 3: token keys by rank
     __shared__ unsigned int sorted[SMALL_MAX_BT];  // phase 1's keys, slot by slot
     __shared__ int seg_start[SMALL_MAX_BT + 1];  // first slot of each segment (and BT after the last)
@@ -293,9 +298,11 @@ extern "C" __global__ void __launch_bounds__(SMALL_THREADS)
         counters[SMALL_COUNTER_NUM_UNITS] = fields_total >> SMALL_FIELD_BITS;
     }
     // Bucket rows: thread i writes rows i, i + SMALL_THREADS, ..., so a warp stores 512 contiguous bytes.
-    for (int row = threadIdx.x; row < num_distinct * num_c_groups; row += SMALL_THREADS) {
-        int4 ranked = rank_row[row / num_c_groups];
-        bucket_info[row] = make_int4(ranked.x, ranked.y, ranked.z, row % num_c_groups);
+    if (write_bucket_rows) {
+        for (int row = threadIdx.x; row < num_distinct * num_c_groups; row += SMALL_THREADS) {
+            int4 ranked = rank_row[row / num_c_groups];
+            bucket_info[row] = make_int4(ranked.x, ranked.y, ranked.z, row % num_c_groups);
+        }
     }
     if (stop_after == 4) { return; }
 

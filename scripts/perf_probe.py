@@ -3,7 +3,8 @@
 For each batch size and id kind, in one GPU run, with the bench's ``GpuTimer`` (L2 flushed, host overhead hidden):
 
 * every bucketing route that takes the batch (``gpu_buckets.ROUTES``): its table against NumPy's, then its time
-  and its per-phase costs (``gpu_buckets.phase_times_us``);
+  and its per-phase costs (``gpu_buckets.phase_times_us``); the one-block route also without its bucket rows (the
+  chunked method's table: its units and bt_list against NumPy's);
 * the deterministic backward end to end (chunked and bucketed, ``bucketing="gpu"``) with each route forced, its
   dwte/dwpe bits against the same call with the table built on the CPU (the mirror's table);
 * the parts alone: the wpe kernel, and each wte kernel with a ready table, to see what overlaps;
@@ -190,6 +191,16 @@ def main() -> int:
                         lambda route=route: gpu_buckets.build_bucket_table_gpu(g.inp, C, enc.bfloat16, V, route=route)
                     ),
                 )
+                if route == "small":  # the chunked method's table: no bucket rows
+                    units_only = lambda: gpu_buckets.build_bucket_table_gpu(  # noqa: E731
+                        g.inp, C, enc.bfloat16, V, route="small", bucket_rows=False)
+                    with stream:
+                        lean = units_only()
+                        num_units = int(lean.counters[layout.COUNTER_NUM_UNITS].get())
+                        check(np.array_equal(lean.units[:num_units].get(), table_np.units)
+                              and np.array_equal(lean.bt_list.get(), table_np.bt_list),
+                              f"B={B} {kind} small table without bucket rows: units and bt_list == NumPy's")
+                    record(B, kind, "table, small, no bucket rows", t_us(units_only))
                 with stream:
                     phases = gpu_buckets.phase_times_us(g.inp, C, enc.bfloat16, V, route=route)
                 print(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -69,3 +70,18 @@ def test_bucket_table_is_independent_of_hashing_and_platform():
     inp = np.random.default_rng().integers(0, 50, (4, 32)).astype(np.int32)
     a, b = enc.make_buckets(inp, 768, bfloat16), enc.make_buckets(inp.copy(), 768, bfloat16)
     assert np.array_equal(a.info, b.info) and np.array_equal(a.bt_list, b.bt_list)
+
+
+def test_a_device_table_without_bucket_rows_refuses_to_be_read_whole():
+    """``build_bucket_table_gpu(..., bucket_rows=False)`` marks its table; whatever reads the bucket rows refuses it
+    before it touches a device (so this runs anywhere: NumPy arrays stand in for the device buffers)."""
+    from gpt2enc_edu import cuda, gpu_buckets
+
+    rows = np.zeros((4, 4), dtype=np.int32)
+    lean = gpu_buckets.DeviceBucketTable(info=rows, bt_list=np.zeros(4, np.int32), units=rows,
+                                         counters=np.zeros(8, np.int32), C=64, dtype=np.dtype(bfloat16),
+                                         has_bucket_rows=False)
+    with pytest.raises(ValueError, match="bucket_rows=False"):
+        lean.to_host()
+    with pytest.raises(ValueError, match="the bucketed wte kernel reads the bucket rows"):
+        cuda.encoder_backward_wte_bucketed(None, lean, None, 64, 1)

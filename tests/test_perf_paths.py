@@ -98,6 +98,40 @@ def test_every_bucketing_route_builds_the_numpy_table(rng, route, B, T, V, ids):
         assert np.array_equal(device.units, host.units)
 
 
+@pytest.mark.parametrize("route", gpu_buckets.ROUTES)
+@pytest.mark.parametrize("B, T, ids", [(1, 1024, "zipf"), (1, 300, "uniform"), (2, 1024, "real")])
+def test_table_without_bucket_rows(rng, route, B, T, ids):
+    """``bucket_rows=False`` (the chunked method's table): the same units, bt_list and counters as the whole table;
+    the one-block route leaves the bucket rows as they were (poisoned here), the others write them anyway."""
+    import cupy
+
+    if route not in gpu_buckets.routes_for(B * T, 50257):
+        pytest.skip(f"route {route!r} does not take {B * T} ids")
+    inp = cupy.asarray(make_ids(ids, B, T, seed=rng) if ids == "real" else make_ids(ids, B, T, V=50257, seed=rng))
+    whole = gpu_buckets.build_bucket_table_gpu(inp, 776, bfloat16, 50257, route=route)
+    want = whole.to_host()
+    want_counters = whole.counters.get()
+    whole.info.fill(-7)
+    whole.units.fill(-7)
+    whole.bt_list.fill(-7)
+    whole.counters.fill(-7)
+    lean = gpu_buckets.build_bucket_table_gpu(inp, 776, bfloat16, 50257, route=route, bucket_rows=False)
+    assert lean.info is whole.info  # the same workspace: the poison above is what the kernel found
+    num_units = want.units.shape[0]
+    assert np.array_equal(lean.units[:num_units].get(), want.units)
+    assert np.array_equal(lean.bt_list.get(), want.bt_list)
+    assert np.array_equal(lean.counters.get(), want_counters)
+    if route == "small":
+        assert not lean.has_bucket_rows and bool((lean.info == -7).all())
+        with pytest.raises(ValueError, match="bucket_rows"):
+            lean.to_host()
+        with pytest.raises(ValueError, match="bucketed wte kernel"):
+            cuda.encoder_backward_wte_bucketed(cupy.zeros((50257, 776), bfloat16), lean,
+                                               cupy.zeros((B, T, 776), bfloat16), 776, 1)
+    else:
+        assert lean.has_bucket_rows and np.array_equal(lean.to_host().info, want.info)
+
+
 def test_dispatch_and_route_checks():
     import cupy
 
