@@ -179,7 +179,7 @@ GROUPS = {
                                 "torch_backward_det": "PyTorch, deterministic mode"},
     "backward, nondeterministic": {"atomic_bf16": "bf16 atomics", "atomic_fp32": "fp32 atomics",
                                    "torch_backward": "PyTorch"},
-    "the bucket table": {"gpu_buckets": "GPU table alone (one kernel)", "bucketed_cpu": "bucketed, CPU table",
+    "the bucket table": {"gpu_buckets": "GPU table alone", "bucketed_cpu": "bucketed, CPU table",
                          "make_buckets": "make_buckets alone (host NumPy)"},
 }
 FLOORS = {"forward": "forward", "backward, deterministic": "backward", "backward, nondeterministic": "backward"}

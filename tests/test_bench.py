@@ -173,8 +173,8 @@ def test_time_make_buckets_runs_on_the_host():
 
 # ------------------------------------------------------------------------------------------ fake results
 #: Made-up medians (us) of the breakdown at B=64, uniform ids, so the tables can be checked by hand.
-FAKE_B64_UNIFORM = dict(wpe_kernel=20.0, gpu_buckets=50.0, wte_chunked_kernel=80.0, chunked_gpu=160.0,
-                        bucketed_gpu=250.0, torch_backward_det=800.0)
+FAKE_B64_UNIFORM = dict(wpe_kernel=20.0, gpu_buckets=50.0, gpu_buckets_units=40.0, wte_chunked_kernel=80.0,
+                        chunked_gpu=160.0, bucketed_gpu=250.0, torch_backward_det=800.0)
 
 
 def fake_results(batch_sizes=(1, 64), kinds=("uniform", "zipf")) -> report.Results:
@@ -273,9 +273,14 @@ def test_breakdown_table_by_hand():
     lines = tables.breakdown_markdown(rows, "uniform")
     assert lines[0] == "### Where the time goes, uniform ids"
     line = next(line for line in lines if line.startswith("| 64 |"))
-    # wpe 20 + table 50 + chunked wte 80 = 150 us; the table is 50/160 = 31% of the chunked call, 50/250 = 20%
-    # of the bucketed one
+    # wpe 20 + the chunked method's table 40 + chunked wte 80 = 140 us; its table is 40/160 = 25% of the chunked
+    # call; the whole table 50/250 = 20% of the bucketed one
     chunked, bucketed = _row(rows, "chunked_gpu"), _row(rows, "bucketed_gpu")
+    assert line.endswith(f"| 140 us | 160 us ({chunked['pct_of_floor']:.0f}%) | 25% | "
+                         f"250 us ({bucketed['pct_of_floor']:.0f}%) | 20% |")
+    # a run from before the chunked method's own table was timed: the whole table stands in (50 us, 31%)
+    older = [r for r in rows if r["case"] != "gpu_buckets_units"]
+    line = next(line for line in tables.breakdown_markdown(older, "uniform") if line.startswith("| 64 |"))
     assert line.endswith(f"| 150 us | 160 us ({chunked['pct_of_floor']:.0f}%) | 31% | "
                          f"250 us ({bucketed['pct_of_floor']:.0f}%) | 20% |")
     assert tables.breakdown_markdown([r for r in rows if r["case"] != "gpu_buckets"], "uniform") == []
@@ -293,7 +298,7 @@ def test_readme_block():
     text = tables.readme_block(results.rows, results.meta, results_link="x/results.md")
     assert "| B=64 | uniform ids | Zipf ids |" in text and "(4273 GB/s)" in text
     assert "[x/results.md](x/results.md)" in text
-    assert "| bucket table's share of the chunked backward | 31% |" in text
+    assert "| bucket table's share of the chunked backward | 25% |" in text  # its own table: 40 / 160
     assert "| chunked backward's speed-up over PyTorch's deterministic one | 5.0x |" in text  # 800 / 160
     assert "| floor, forward / backward |" in text
     assert "| B=1 |" in tables.readme_block(results.rows, results.meta, B=1)
@@ -493,3 +498,20 @@ def test_notebook_plots_committed_results(tmp_path, monkeypatch):
     assert "device: FAKE device (test data)" in text and "date:   2000-01-01" in text
     assert sum("image/png" in o.get("data", {}) for o in outputs) >= 2
     assert any("text/markdown" in o.get("data", {}) for o in outputs)
+
+
+def test_breakdown_plot_stacks_each_methods_own_table():
+    """The chunked bar stacks the chunked method's table (no bucket rows: 40 us here), the bucketed bar the whole
+    table (50 us); rows from a run that did not time the former stack the whole table in both."""
+    pytest.importorskip("matplotlib")
+    rows = fake_results(batch_sizes=(64,), kinds=("uniform",)).rows
+
+    def table_heights(rows):
+        ax = plots.plot_breakdown(rows).axes[0]
+        chunked_table, bucketed_table = ax.containers[1], ax.containers[4]  # wpe, table, wte per stack
+        return chunked_table.patches[0].get_height(), bucketed_table.patches[0].get_height()
+
+    assert table_heights(rows) == pytest.approx((40.0, 50.0))
+    older = [r for r in rows if r["case"] != "gpu_buckets_units"]
+    assert plots.has_breakdown(older)
+    assert table_heights(older) == pytest.approx((50.0, 50.0))

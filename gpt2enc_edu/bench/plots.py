@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .cases import CASES, CASES_BY_NAME, ID_KINDS
+from .cases import CASES, CASES_BY_NAME, ID_KINDS, PIECE_FALLBACK
 from .floor import OPS, copy_rate_of
 
 #: Line style per family: ours solid, PyTorch dashed, the host-only bucketing dotted, single kernels dash-dotted.
@@ -24,9 +24,11 @@ FLOOR_PNG = "pct_of_floor.png"
 ROOFLINE_PNG = "roofline.png"
 BREAKDOWN_PNG = "breakdown.png"
 #: The breakdown's stacks, left and right bar: (pieces stacked bottom to top, the whole call drawn as a marker).
-BREAKDOWN_STACKS = ((("wpe_kernel", "gpu_buckets", "wte_chunked_kernel"), "chunked_gpu"),
+#: (Each method's own table: the chunked method builds it without the bucket rows.)
+BREAKDOWN_STACKS = ((("wpe_kernel", "gpu_buckets_units", "wte_chunked_kernel"), "chunked_gpu"),
                     (("wpe_kernel", "gpu_buckets", "wte_bucketed_kernel"), "bucketed_gpu"))
-_PIECE_HATCH = {"wpe_kernel": "", "gpu_buckets": "//", "wte_chunked_kernel": "..", "wte_bucketed_kernel": "xx"}
+_PIECE_HATCH = {"wpe_kernel": "", "gpu_buckets": "//", "gpu_buckets_units": "\\\\", "wte_chunked_kernel": "..",
+                "wte_bucketed_kernel": "xx"}
 
 
 def _new_figure(fig, ncols: int, *, height: float = 4.2):
@@ -170,7 +172,8 @@ def plot_roofline(rows, *, fig=None, meta=None):
 def has_breakdown(rows) -> bool:
     """Whether the rows hold the pieces ``plot_breakdown`` stacks (a run with the ``piece`` cases)."""
     names = {r["case"] for r in rows}
-    return any(set(pieces) <= names for pieces, _ in BREAKDOWN_STACKS)
+    return any({PIECE_FALLBACK.get(p, p) if p not in names else p for p in pieces} <= names
+               for pieces, _ in BREAKDOWN_STACKS)
 
 
 def plot_breakdown(rows, *, fig=None, meta=None):
@@ -193,7 +196,8 @@ def plot_breakdown(rows, *, fig=None, meta=None):
             xs = [i + (side - 0.5) * width for i in range(len(sizes))]
             bottom = [0.0] * len(sizes)
             for piece in pieces:
-                heights = [by_key.get((piece, kind, b), 0.0) for b in sizes]
+                stand_in = PIECE_FALLBACK.get(piece)
+                heights = [by_key.get((piece, kind, b), by_key.get((stand_in, kind, b), 0.0)) for b in sizes]
                 ax.bar(xs, heights, width * 0.95, bottom=bottom, color=CASE_COLORS[piece],
                        hatch=_PIECE_HATCH.get(piece, ""), edgecolor="white", label=CASES_BY_NAME[piece].label)
                 bottom = [lo + h for lo, h in zip(bottom, heights)]
