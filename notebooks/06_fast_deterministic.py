@@ -213,7 +213,9 @@ del p, results, cpu, ref, bound, chunked, bucketed, ulps
 # order without a second sort, by the count classes of the scatter route below: a warp finds which of its 32
 # tokens share a count (`__match_any_sync`), a scan per class over the 32 groups of tokens gives each token its
 # place in its class, and the few tokens seen more than 32 times are ranked by comparing them with each other.
-# A scan of the counts gives every token its start in `bt_list`. One launch in all.
+# A scan of the counts gives every token its start in `bt_list`. One launch in all. (The chunked wte kernels
+# read only the units and `bt_list`, so for the chunked method the kernel skips the bucket rows: three 16-byte
+# rows per token, written from one SM, were up to a tenth of its time.)
 #
 # **Up to 65,536 ids (B = 64 at T = 1024): the scatter route** (`kernels/bucketing_scatter.cu`), which needs
 # no sort of the positions and no grid-wide barrier, because of two facts about this particular table:
