@@ -260,7 +260,7 @@ CASES = (
          case_wte_chunked_kernel),
 )
 CASE_NAMES = tuple(c.name for c in CASES)
+CASES_BY_NAME = {c.name: c for c in CASES}
 #: Pieces that runs from before they existed did not time, and the piece that stands in for each (reports and
 #: plots of committed older results still add up).
 PIECE_FALLBACK = {"gpu_buckets_units": "gpu_buckets"}
-CASES_BY_NAME = {c.name: c for c in CASES}
