@@ -264,3 +264,12 @@ CASES_BY_NAME = {c.name: c for c in CASES}
 #: Pieces that runs from before they existed did not time, and the piece that stands in for each (reports and
 #: plots of committed older results still add up).
 PIECE_FALLBACK = {"gpu_buckets_units": "gpu_buckets"}
+
+
+def piece_value(by_key: dict, piece: str, kind: str, B: int):
+    """``by_key[(piece, kind, B)]`` (a row, or any value a report keys that way), or that of the piece standing in
+    for ``piece`` (``PIECE_FALLBACK``) where the run did not time it; None where neither was timed."""
+    value = by_key.get((piece, kind, B))
+    if value is None and piece in PIECE_FALLBACK:
+        value = by_key.get((PIECE_FALLBACK[piece], kind, B))
+    return value

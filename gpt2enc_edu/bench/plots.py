@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .cases import CASES, CASES_BY_NAME, ID_KINDS, PIECE_FALLBACK
+from .cases import CASES, CASES_BY_NAME, ID_KINDS, PIECE_FALLBACK, piece_value
 from .floor import OPS, copy_rate_of
 
 #: Line style per family: ours solid, PyTorch dashed, the host-only bucketing dotted, single kernels dash-dotted.
@@ -172,8 +172,7 @@ def plot_roofline(rows, *, fig=None, meta=None):
 def has_breakdown(rows) -> bool:
     """Whether the rows hold the pieces ``plot_breakdown`` stacks (a run with the ``piece`` cases)."""
     names = {r["case"] for r in rows}
-    return any({PIECE_FALLBACK.get(p, p) if p not in names else p for p in pieces} <= names
-               for pieces, _ in BREAKDOWN_STACKS)
+    return any(all(p in names or PIECE_FALLBACK.get(p) in names for p in pieces) for pieces, _ in BREAKDOWN_STACKS)
 
 
 def plot_breakdown(rows, *, fig=None, meta=None):
@@ -196,8 +195,7 @@ def plot_breakdown(rows, *, fig=None, meta=None):
             xs = [i + (side - 0.5) * width for i in range(len(sizes))]
             bottom = [0.0] * len(sizes)
             for piece in pieces:
-                stand_in = PIECE_FALLBACK.get(piece)
-                heights = [by_key.get((piece, kind, b), by_key.get((stand_in, kind, b), 0.0)) for b in sizes]
+                heights = [piece_value(by_key, piece, kind, b) or 0.0 for b in sizes]
                 ax.bar(xs, heights, width * 0.95, bottom=bottom, color=CASE_COLORS[piece],
                        hatch=_PIECE_HATCH.get(piece, ""), edgecolor="white", label=CASES_BY_NAME[piece].label)
                 bottom = [lo + h for lo, h in zip(bottom, heights)]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .cases import CASES, CASES_BY_NAME, ID_KINDS, PIECE_FALLBACK
+from .cases import CASES, CASES_BY_NAME, ID_KINDS, piece_value
 from .floor import OPS, copy_rate_of
 
 README_START = "<!-- bench-table:start -->"
@@ -21,12 +21,6 @@ KIND_TITLES = {"uniform": "uniform ids", "zipf": "Zipf ids", "real": "real ids"}
 README_CASES = ("forward", "chunked_gpu", "bucketed_gpu", "bucketed_cpu", "atomic_bf16", "atomic_fp32",
                 "wpe_kernel", "gpu_buckets", "gpu_buckets_units", "wte_chunked_kernel", "wte_bucketed_kernel",
                 "make_buckets", "torch_forward", "torch_backward", "torch_backward_det")
-
-
-def chunked_method_table(by_key: dict, kind: str, B: int):
-    """The row of the table the chunked method builds (no bucket rows), or of the whole table where a run (one from
-    before that case existed) did not time it."""
-    return by_key.get(("gpu_buckets_units", kind, B)) or by_key.get((PIECE_FALLBACK["gpu_buckets_units"], kind, B))
 
 
 def format_time_us(us: float) -> str:
@@ -110,7 +104,7 @@ def breakdown_markdown(rows, kind: str) -> list[str]:
              "|---|" + "---|" * (len(present) + 5)]
     for B in batch_sizes:
         cells = [_cell(get(c, B)) for c in present]
-        chunked_table = chunked_method_table(by_key, kind, B)
+        chunked_table = piece_value(by_key, "gpu_buckets_units", kind, B)  # the chunked method's own table
         pieces = [get("wpe_kernel", B), chunked_table, get("wte_chunked_kernel", B)]
         total = "-" if None in pieces else format_time_us(sum(p["median_us"] for p in pieces))
         chunked, bucketed, table = get("chunked_gpu", B), get("bucketed_gpu", B), get("gpu_buckets", B)
@@ -187,7 +181,8 @@ def readme_block(rows, meta: dict | None = None, *, B: int | None = None, result
         cells = [_cell(by_key.get((name, k, B))) for k in kinds]
         if any(c != "-" for c in cells):
             lines.append(f"| {CASES_BY_NAME[name].label} | " + " | ".join(cells) + " |")
-    shares = [_share(chunked_method_table(by_key, k, B), by_key.get(("chunked_gpu", k, B))) for k in kinds]
+    shares = [_share(piece_value(by_key, "gpu_buckets_units", k, B), by_key.get(("chunked_gpu", k, B)))
+              for k in kinds]
     if any(s != "-" for s in shares):
         lines.append("| bucket table's share of the chunked backward | " + " | ".join(shares) + " |")
     ratios = []
