@@ -91,9 +91,10 @@ def prefetch_rows(dout_nbytes: int, l2_bytes: int) -> bool:
 def _launch_chunk_kernel(dwte, table, dout, C: int, seed: int):
     """The first of the chunked method's two kernels (it finishes single-chunk tokens); returns the partials."""
     kernel = get_kernel("encoder_backward_wte_chunked.cu", "encoder_backward_wte_chunked_kernel", dout.dtype)
-    partials = _chunk_partials(table.num_positions, num_c_groups(C, dout.dtype) * c_per_group(dout.dtype))
+    groups = num_c_groups(C, dout.dtype)
+    partials = _chunk_partials(table.num_positions, groups * c_per_group(dout.dtype))
     prefetch = prefetch_rows(dout.nbytes, device_facts().l2_cache_bytes)
-    grid = (ceil_div(table.max_units, CHUNKED_WARPS_PER_BLOCK), num_c_groups(C, dout.dtype))  # (units, groups)
+    grid = (ceil_div(table.max_units, CHUNKED_WARPS_PER_BLOCK), groups)  # (units, channel groups)
     launch(kernel, grid, WARP_SIZE * CHUNKED_WARPS_PER_BLOCK,
            (dwte, table.units, table.bt_list, dout, partials, table.num_units_device, np.int32(C), np.uint32(seed),
             np.int32(prefetch)), after_kernel=True)

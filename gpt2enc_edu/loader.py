@@ -256,9 +256,7 @@ _configs: dict = {}
 
 def _launch_programmatic(kernel, grid: tuple, block: int, args: tuple, shared_mem: int) -> None:
     """``kernel`` on the current stream with the programmatic-stream-serialization attribute set."""
-    import cupy
-
-    key = (grid, block, shared_mem, cupy.cuda.get_current_stream().ptr)
+    key = (grid, block, shared_mem, cupy_module().cuda.get_current_stream().ptr)
     config = _configs.get(key)
     if config is None:
         grid3 = (grid + (1, 1))[:3]
