@@ -23,7 +23,8 @@ from .layout import (
     num_c_groups,
     pack_size,
 )
-from .loader import cupy_module, device_facts, get_kernel, launch
+from .loader import blocks_per_sm, cupy_module, device_facts, get_kernel, launch
+from .validate import check_choice
 
 #: The forward's versions (kernels/encoder_forward.cu): kernel name, and threads for (B, T, C, pack size).
 FORWARD_VERSIONS = {
@@ -88,23 +89,58 @@ def prefetch_rows(dout_nbytes: int, l2_bytes: int) -> bool:
     return dout_nbytes <= PREFETCH_MAX_L2_SHARE * l2_bytes
 
 
-def _launch_chunk_kernel(dwte, table, dout, C: int, seed: int):
-    """The first of the chunked method's two kernels (it finishes single-chunk tokens); returns the partials."""
-    kernel = get_kernel("encoder_backward_wte_chunked.cu", "encoder_backward_wte_chunked_kernel", dout.dtype)
-    groups = num_c_groups(C, dout.dtype)
-    partials = _chunk_partials(table.num_positions, groups * c_per_group(dout.dtype))
+#: The chunk kernel's two forms (kernels/encoder_backward_wte_chunked.cu): the same grid, arguments and bits. The
+#: staged one has a chunk's rows in flight 8 at a time (cp.async into shared memory), and fewer blocks per SM.
+CHUNK_WALKS = {"registers": "encoder_backward_wte_chunked_kernel",
+               "staged": "encoder_backward_wte_chunked_staged_kernel"}
+
+
+def _chunk_grid(max_units: int, C: int, dtype) -> tuple[int, int]:
+    return ceil_div(max_units, CHUNKED_WARPS_PER_BLOCK), num_c_groups(C, dtype)  # (units, channel groups)
+
+
+def chunk_walk(max_units: int, C: int, dtype) -> str:
+    """Which form of the chunk kernel the package launches for a table of ``max_units`` unit rows (a device
+    table's bound, ``DeviceBucketTable.max_units``): ``"staged"`` where its grid fits on the
+    GPU in one wave of the staged form (so that its fewer blocks per SM cost nothing) and the GPU has cp.async
+    (sm_80 and newer), else ``"registers"``.
+
+    On an H200 at GPT-2 shapes that is B=1: the staged walk took the chunked wte kernels from 17.5 to 12.8 us on
+    Zipf ids there, while at B=8 and B=64 (several waves) it was up to 16% slower on uniform ids
+    (docs/performance.md, part 7)."""
+    facts = device_facts()
+    if facts.compute_capability < 80:
+        return "registers"
+    units, groups = _chunk_grid(max_units, C, dtype)
+    per_sm = blocks_per_sm("encoder_backward_wte_chunked.cu", CHUNK_WALKS["staged"], dtype,
+                           WARP_SIZE * CHUNKED_WARPS_PER_BLOCK)
+    one_wave = per_sm * facts.sm_count
+    return "staged" if units * groups <= one_wave else "registers"
+
+
+def _launch_chunk_kernel(dwte, table, dout, C: int, seed: int, walk: str | None = None):
+    """The first of the chunked method's two kernels (it finishes single-chunk tokens); returns the partials.
+    ``walk``: a key of ``CHUNK_WALKS`` (checked by the caller), or None for ``chunk_walk``'s choice."""
+    walk = chunk_walk(table.max_units, C, dout.dtype) if walk is None else walk
+    kernel = get_kernel("encoder_backward_wte_chunked.cu", CHUNK_WALKS[walk], dout.dtype)
+    grid = _chunk_grid(table.max_units, C, dout.dtype)
+    partials = _chunk_partials(table.num_positions, grid[1] * c_per_group(dout.dtype))
     prefetch = prefetch_rows(dout.nbytes, device_facts().l2_cache_bytes)
-    grid = (ceil_div(table.max_units, CHUNKED_WARPS_PER_BLOCK), groups)  # (units, channel groups)
     launch(kernel, grid, WARP_SIZE * CHUNKED_WARPS_PER_BLOCK,
            (dwte, table.units, table.bt_list, dout, partials, table.num_units_device, np.int32(C), np.uint32(seed),
             np.int32(prefetch)), after_kernel=True)
     return partials
 
 
-def encoder_backward_wte_chunked(dwte, table, dout, C: int, seed: int) -> None:
-    """The chunk kernel (finishes single-chunk tokens), then the combine kernel (multi-chunk tokens)."""
+def encoder_backward_wte_chunked(dwte, table, dout, C: int, seed: int, *, walk: str | None = None) -> None:
+    """The chunk kernel (finishes single-chunk tokens), then the combine kernel (multi-chunk tokens).
+
+    ``walk`` picks the chunk kernel's form (``CHUNK_WALKS``; None: ``chunk_walk``'s choice). Both give the same
+    bits; the choice is for speed only, and tests and the probe use it to run both on the same input."""
+    if walk is not None:
+        check_choice("walk", walk, tuple(CHUNK_WALKS))
     table = to_device(table)
-    partials = _launch_chunk_kernel(dwte, table, dout, C, seed)
+    partials = _launch_chunk_kernel(dwte, table, dout, C, seed, walk)
     combine_kernel = get_kernel("encoder_backward_wte_chunked.cu", "encoder_backward_wte_chunk_combine_kernel",
                                 dout.dtype)
     launch(combine_kernel, min(table.max_units, max_multi_chunk_units(table.num_positions)), COMBINE_THREADS,

@@ -238,14 +238,46 @@ def _kernel_params(args: tuple):
 
 @functools.lru_cache(maxsize=None)
 def _driver():
-    """libcuda's cuLaunchKernelEx and cuGetErrorString (CuPy has loaded the library already)."""
+    """libcuda's cuLaunchKernelEx, cuOccupancyMaxActiveBlocksPerMultiprocessor and cuGetErrorString (CuPy has
+    loaded the library already)."""
     lib = ctypes.CDLL("libcuda.so.1")
     lib.cuLaunchKernelEx.argtypes = [ctypes.POINTER(_LaunchConfig), ctypes.c_void_p, ctypes.c_void_p,
                                      ctypes.c_void_p]
     lib.cuLaunchKernelEx.restype = ctypes.c_int
     lib.cuGetErrorString.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
     lib.cuGetErrorString.restype = ctypes.c_int
+    lib.cuOccupancyMaxActiveBlocksPerMultiprocessor.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p,
+                                                                ctypes.c_int, ctypes.c_size_t]
+    lib.cuOccupancyMaxActiveBlocksPerMultiprocessor.restype = ctypes.c_int
     return lib
+
+
+def _check_driver(status: int, call: str) -> None:
+    if status != 0:
+        lib = _driver()
+        text = ctypes.c_char_p()
+        lib.cuGetErrorString(status, ctypes.byref(text))
+        raise RuntimeError(f"{call} returned {status} ({(text.value or b'unknown error').decode()})")
+
+
+_blocks_per_sm: dict = {}
+
+
+def blocks_per_sm(file_name: str, kernel_name: str, dtype, block: int, shared_mem: int = 0) -> int:
+    """How many blocks of ``block`` threads of a package kernel one SM of the current device holds at once (the
+    driver's occupancy calculator: registers, shared memory, thread limits), read once per kernel and device.
+
+    A question about the kernel, not a launch: it compiles the kernel if need be, but does not go through
+    ``get_kernel`` (which the sanitizer driver watches to learn what a case launched)."""
+    key = (cupy_module().cuda.Device().id, file_name, kernel_name, dtype_name(dtype), block, shared_mem)
+    if key not in _blocks_per_sm:
+        function = _module(file_name, dtype_name(dtype)).get_function(kernel_name).kernel  # the loaded CUfunction
+        count = ctypes.c_int()
+        _check_driver(_driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(count), function.ptr,
+                                                                            block, shared_mem),
+                      "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+        _blocks_per_sm[key] = count.value
+    return _blocks_per_sm[key]
 
 
 #: The one attribute of every programmatic launch (cuLaunchKernelEx copies it), and configurations by shape.
@@ -264,9 +296,4 @@ def _launch_programmatic(kernel, grid: tuple, block: int, args: tuple, shared_me
                                                shared_mem, key[3], ctypes.pointer(_PROGRAMMATIC), 1)
     buffer, params = _kernel_params(args)  # buffer: alive until this function returns
     function = kernel.kernel  # the RawKernel's loaded cupy.cuda.function.Function; .ptr is its CUfunction
-    lib = _driver()
-    status = lib.cuLaunchKernelEx(ctypes.byref(config), function.ptr, params, None)
-    if status != 0:
-        text = ctypes.c_char_p()
-        lib.cuGetErrorString(status, ctypes.byref(text))
-        raise RuntimeError(f"cuLaunchKernelEx returned {status} ({(text.value or b'unknown error').decode()})")
+    _check_driver(_driver().cuLaunchKernelEx(ctypes.byref(config), function.ptr, params, None), "cuLaunchKernelEx")

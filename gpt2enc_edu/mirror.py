@@ -11,7 +11,8 @@ loops here, so the order of every sum is the kernel's order.
 * ``encoder_backward_wte_bucketed`` <-> ``encoder_backward_wte_bucketed_kernel``
 * ``encoder_backward_wte_chunked_kernel`` and ``encoder_backward_wte_chunk_combine_kernel`` <-> the two
   kernels of the same names, with the same flat fp32 ``partials`` layout; ``encoder_backward_wte_chunked``
-  runs the pair as the launcher does
+  runs the pair as the launcher does. The chunk kernel's staged form (``..._chunked_staged_kernel``) has the
+  same twin: it moves the rows through shared memory, and adds the same rows in the same order
 * ``encoder_backward_atomic`` <-> ``encoder_backward_atomic_fp32_kernel`` / ``..._bf16_kernel``
 * the bucket table's kernels have their twins: the scatter route (``bucketing_scatter.cu``, six kernels) in
   ``mirror_bucketing_scatter.py``, the cooperative ``bucketing_kernel`` phase by phase in ``mirror_bucketing.py``,

@@ -5,7 +5,8 @@
 //   Packed128<T>, x128     16 bytes of elements (8 bf16 or 4 fp32): one 128-bit load/store per thread
 //   load128 / load128cs    plain and streaming ("evict first") 16-byte loads
 //   prefetch_l2            ask L2 for a range of bytes without waiting for it
-//   store128 / store128cs  plain and streaming 16-byte stores
+//   copy16_async / wait_async_copies   16 bytes from global to shared memory without a register (sm_80+)
+//   store128               plain 16-byte store
 //   wait_for_previous_grid / allow_next_grid   the two halves of a programmatic dependent launch (sm_90+)
 //   squirrel_noise5        a cheap, good-quality integer hash (Squirrel Eiserloh's SquirrelNoise5)
 //   noise_2d               SquirrelNoise5 over a 2-D position, for one random number per (element, tensor)
@@ -69,12 +70,6 @@ __device__ void store128(ElementType* target, Packed128<ElementType> value) {
     *reinterpret_cast<int4*>(target) = value.get_bits();
 }
 
-// Streaming store: the forward's output is consumed by the next layer, not by this kernel.
-template <class ElementType>
-__device__ void store128cs(ElementType* target, Packed128<ElementType> value) {
-    __stcs(reinterpret_cast<int4*>(target), value.get_bits());
-}
-
 // Ask L2 for the 128-byte lines of [begin, end) and go on at once: a prefetch holds no register and nothing
 // waits for it. For a chain of reads whose order is fixed, it lets the lines arrive while the chain walks.
 // From sm_80 on the lines are marked "evict last", so that other traffic does not push them out first.
@@ -87,6 +82,23 @@ __device__ __forceinline__ void prefetch_l2(const void* begin, const void* end) 
         asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
 #endif
     }
+}
+
+// Copy 16 bytes from global to shared memory asynchronously (cp.async, sm_80 and newer): the data goes from L2 to
+// shared memory without passing through a register, so a thread can have many copies in flight at no register
+// cost. wait_async_copies() waits for all of this thread's copies; only then may it read what they wrote. The
+// ".cg" form skips L1 (the data is read once). Below sm_80 there is no cp.async: callers keep a plain path.
+__device__ __forceinline__ void copy16_async(void* shared_target, const void* global_source) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    unsigned int target = (unsigned int)__cvta_generic_to_shared(shared_target);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(target), "l"(global_source) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void wait_async_copies() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
 }
 
 // ----------------------------------------------------------------------------------------------------------

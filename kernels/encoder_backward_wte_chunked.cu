@@ -13,8 +13,13 @@
 //
 // Two kernels, launched one after the other on one stream, each as a programmatic dependent of the kernel before
 // it (common.cuh: on sm_90 and newer it is set up while that kernel runs and waits for it inside):
-//   encoder_backward_wte_chunked_kernel: one warp per (unit, channel group). A single-chunk token (most of
-//     them) is finished here: read-modify-write of dwte. A multi-chunk token's warps store their partials.
+//   the chunk kernel, in one of two forms with the same arguments, the same grid and the same bits:
+//     encoder_backward_wte_chunked_kernel: a warp walks its chunk's rows one at a time, in registers;
+//     encoder_backward_wte_chunked_staged_kernel: a warp copies STAGED_ROWS rows at a time into shared memory
+//       (cp.async) and adds them from there; fewer blocks fit an SM, so the package launches it only where its
+//       grid fits on the GPU in one wave (gpt2enc_edu.cuda.chunk_walk: B=1 at GPT-2 shapes).
+//     One warp per (unit, channel group). A single-chunk token (most of them) is finished here: read-modify-write
+//     of dwte. A multi-chunk token's warps store their partials.
 //     grid = (CEIL_DIV(max_units, CHUNKED_WARPS_PER_BLOCK), num_groups), block = WARP_SIZE * CHUNKED_WARPS_PER_BLOCK
 //     kernel(dwte, units, bt_list, dout, partials, num_units, C, seed, prefetch_rows)
 //     prefetch_rows (0 or 1): ask L2 for a chunk's dout rows before summing them (see the kernel; the package
@@ -49,13 +54,69 @@
 #else
 #define CHUNKED_MIN_BLOCKS 8
 #endif
+// The staged form: rows a warp has in flight at once, and the blocks per SM it asks registers for. A warp's stage
+// holds STAGED_ROWS rows of its channel group (8 rows x 512 bytes): 32 KB per block of 8 warps, so 6 blocks
+// fit the 228 KB of an H100/H200 SM, and 65536 / (6 * 256) leaves 42 registers per thread, enough not to spill.
+#define STAGED_ROWS 8
+#if defined(__CUDA_ARCH__) && \
+    (__CUDA_ARCH__ == 750 || __CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890)
+#define STAGED_MIN_BLOCKS 4
+#else
+#define STAGED_MIN_BLOCKS 6
+#endif
 #define COMBINE_THREADS 128
 #define COMBINE_UNROLL 16
 
-extern "C" __global__ void __launch_bounds__(WARP_SIZE* CHUNKED_WARPS_PER_BLOCK, CHUNKED_MIN_BLOCKS)
-    encoder_backward_wte_chunked_kernel(floatX* dwte, const int4* units, const int* bt_list, const floatX* dout,
-                                        float* partials, const int* num_units, int C, unsigned int seed,
-                                        int prefetch_rows) {
+// The chunk's rows of dout, added in item order to accum: accum = ((accum + d[item 0]) + d[item 1]) + ...
+// One row at a time: each read waits for its row before the next is asked for (the order of the adds is fixed,
+// and a second row in flight would cost registers that 8 blocks per SM do not leave).
+__device__ __forceinline__ void add_rows(float* accum, const floatX* dout, int my_bt, int chunk_size, int C, int c,
+                                         bool has_channels) {
+    for (int item = 0; item < chunk_size; item++) {
+        int bt = __shfl_sync(0xffffffffu, my_bt, item);
+        if (has_channels) {
+            x128 packed_dout = load128cs(dout + bt * C + c);
+            for (int k = 0; k < x128::size; k++) { accum[k] += (float)packed_dout[k]; }
+        }
+    }
+}
+
+// The same sum, STAGED_ROWS rows at a time: the lane copies its 16 bytes of each of the next STAGED_ROWS rows into
+// its slots of shared memory (`stage`: slot i at stage + i * WARP_SIZE * x128::size, so that a warp's 32 lanes
+// touch 512 contiguous bytes), waits for them once, then adds them from there in the same order. One memory
+// latency per STAGED_ROWS rows instead of one per row, and no register holds a row while it travels: a frequent
+// token's chunk of 32 rows waited 32 latencies, now 4 (docs/performance.md, part 7).
+__device__ __forceinline__ void add_rows_staged(float* accum, const floatX* dout, int my_bt, int chunk_size, int C,
+                                                int c, bool has_channels, floatX* stage) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    for (int base = 0; base < chunk_size; base += STAGED_ROWS) {
+        int rows = min(STAGED_ROWS, chunk_size - base);
+        // cp.async is not ordered with this thread's other shared-memory accesses: __syncwarp makes the reads of
+        // the round before complete before these copies overwrite the slots.
+        __syncwarp();
+        for (int i = 0; i < rows; i++) {
+            int bt = __shfl_sync(0xffffffffu, my_bt, base + i);
+            if (has_channels) { copy16_async(stage + i * WARP_SIZE * x128::size, dout + bt * C + c); }
+        }
+        wait_async_copies();
+        for (int i = 0; i < rows; i++) {
+            if (has_channels) {
+                x128 packed_dout = *reinterpret_cast<const x128*>(stage + i * WARP_SIZE * x128::size);
+                for (int k = 0; k < x128::size; k++) { accum[k] += (float)packed_dout[k]; }
+            }
+        }
+    }
+#else
+    add_rows(accum, dout, my_bt, chunk_size, C, c, has_channels);  // no cp.async before sm_80
+#endif
+}
+
+// The work of one warp of the chunk kernel: its unit, for channel groups blockIdx.y, blockIdx.y + gridDim.y, ...
+// `stage` is the lane's first slot in its warp's stage (the staged form), or nullptr (rows in registers).
+template <bool STAGED>
+__device__ __forceinline__ void chunk_warp(floatX* dwte, const int4* units, const int* bt_list, const floatX* dout,
+                                           float* partials, const int* num_units, int C, unsigned int seed,
+                                           int prefetch_rows, floatX* stage) {
     // Launched as a programmatic dependent of the table's kernel (common.cuh): wait for it, then let the combine
     // kernel be set up while this one runs.
     wait_for_previous_grid();
@@ -81,11 +142,11 @@ extern "C" __global__ void __launch_bounds__(WARP_SIZE* CHUNKED_WARPS_PER_BLOCK,
     bool single_chunk = num_chunks == 1;
     // One coalesced load of the chunk's positions (lane i holds item i); shuffles hand them to every lane.
     int my_bt = lane_id < chunk_size ? bt_list[token_start + chunk_first + lane_id] : 0;
-    // The sum below reads the chunk's rows one after another (its order is fixed), and each read that misses L2
-    // waits a full memory latency: a token seen 32 times waited 32 of them. Lane i asks L2 for item i's row first,
-    // so the reads below find it there. Worth it only where dout fits easily in L2: on an H200 the chunk kernels
-    // took 18.1 instead of 23.4 us at B=1 on Zipf ids and 24.8 instead of 30.5 at B=8, but 85.7 instead of 74.5
-    // at B=64, where the prefetched lines push each other out (docs/performance.md, part 4).
+    // The sum below reads the chunk's rows in a fixed order, and each read that misses L2 waits a full memory
+    // latency. Lane i asks L2 for item i's row first, so the reads below find it there. Worth it only where dout
+    // fits easily in L2: on an H200 the chunk kernels took 18.1 instead of 23.4 us at B=1 on Zipf ids and 24.8
+    // instead of 30.5 at B=8, but 85.7 instead of 74.5 at B=64, where the prefetched lines push each other out
+    // (docs/performance.md, part 4).
     if (prefetch_rows && chunk_size > 1 && lane_id < chunk_size) {
         for (int g = blockIdx.y; g < num_groups; g += gridDim.y) {
             const floatX* row = dout + my_bt * C;
@@ -104,12 +165,10 @@ extern "C" __global__ void __launch_bounds__(WARP_SIZE* CHUNKED_WARPS_PER_BLOCK,
         // The chunk's items in order: accum = ((0 + d[item 0]) + d[item 1]) + ...
         float accum[x128::size];
         for (int k = 0; k < x128::size; k++) { accum[k] = 0.0f; }
-        for (int item = 0; item < chunk_size; item++) {
-            int bt = __shfl_sync(0xffffffffu, my_bt, item);
-            if (has_channels) {
-                x128 packed_dout = load128cs(dout + bt * C + c);
-                for (int k = 0; k < x128::size; k++) { accum[k] += (float)packed_dout[k]; }
-            }
+        if (STAGED && chunk_size > 1) {
+            add_rows_staged(accum, dout, my_bt, chunk_size, C, c, has_channels, stage);
+        } else {  // one row gains nothing from a trip through shared memory
+            add_rows(accum, dout, my_bt, chunk_size, C, c, has_channels);
         }
         if (!has_channels) { continue; }
         if (single_chunk) {
@@ -126,6 +185,24 @@ extern "C" __global__ void __launch_bounds__(WARP_SIZE* CHUNKED_WARPS_PER_BLOCK,
             }
         }
     }
+}
+
+extern "C" __global__ void __launch_bounds__(WARP_SIZE* CHUNKED_WARPS_PER_BLOCK, CHUNKED_MIN_BLOCKS)
+    encoder_backward_wte_chunked_kernel(floatX* dwte, const int4* units, const int* bt_list, const floatX* dout,
+                                        float* partials, const int* num_units, int C, unsigned int seed,
+                                        int prefetch_rows) {
+    chunk_warp<false>(dwte, units, bt_list, dout, partials, num_units, C, seed, prefetch_rows, nullptr);
+}
+
+extern "C" __global__ void __launch_bounds__(WARP_SIZE* CHUNKED_WARPS_PER_BLOCK, STAGED_MIN_BLOCKS)
+    encoder_backward_wte_chunked_staged_kernel(floatX* dwte, const int4* units, const int* bt_list, const floatX* dout,
+                                               float* partials, const int* num_units, int C, unsigned int seed,
+                                               int prefetch_rows) {
+    __shared__ alignas(16) floatX stage[CHUNKED_WARPS_PER_BLOCK][STAGED_ROWS][WARP_SIZE * x128::size];
+    int warp_id = threadIdx.x / WARP_SIZE;
+    int lane_id = threadIdx.x % WARP_SIZE;
+    chunk_warp<true>(dwte, units, bt_list, dout, partials, num_units, C, seed, prefetch_rows,
+                     &stage[warp_id][0][lane_id * x128::size]);
 }
 
 extern "C" __global__ void __launch_bounds__(COMBINE_THREADS)

@@ -5,8 +5,8 @@
 //   version 2  encoder_forward_v2_kernel  one 128-bit pack per thread: 16-byte loads and stores
 //   version 3  encoder_forward_kernel     one pack column of one position t per thread, for FORWARD_ROWS
 //                                         batch rows: the wpe pack is loaded once and reused, FORWARD_ROWS
-//                                         wte loads are in flight at once, the output is stored streaming.
-//                                         The fastest; the package's encoder_forward launches this one.
+//                                         wte loads are in flight at once. The fastest; the package's
+//                                         encoder_forward launches this one.
 //
 // Launch (block = BLOCK_SIZE = 256 for all three; gpt2enc_edu.cuda.encoder_forward_version launches any):
 //   v1: grid = CEIL_DIV(B*T*C, block)                                  kernel(out, inp, wte, wpe, B, T, C)
@@ -91,8 +91,10 @@ extern "C" __global__ void encoder_forward_kernel(floatX* out, const int* inp, c
         if (r < rows) {
             x128 packed_out;
             for (int k = 0; k < x128::size; k++) { packed_out[k] = (floatX)((float)wte128[r][k] + (float)wpe128[k]); }
-            // Streaming store: out is read by the next layer, not by this kernel; keep L2 for wte and wpe.
-            store128cs(out + ((b0 + r) * T + t) * C + c, packed_out);
+            // A plain store, not a streaming one: marked "evict first", the output's lines went to DRAM sooner and
+            // the forward took longer (H200, B=64, u / z / r ids: 53.0 / 39.8 / 36.6 us streaming, 51.6 / 36.5 /
+            // 33.5 plain; docs/performance.md, part 7). Same bits either way.
+            store128(out + ((b0 + r) * T + t) * C + c, packed_out);
         }
     }
 }

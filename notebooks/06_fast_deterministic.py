@@ -157,8 +157,11 @@ print(f"{small_table.num_units} units ({int((small_table.sizes[small_table.c_gro
 # %% [markdown]
 # And the CUDA, read from `kernels/encoder_backward_wte_chunked.cu`. Things to notice: one warp per unit;
 # lane `l` first loads the position of item `l` of the chunk and the warp then passes positions around with
-# `__shfl_sync` (no shared memory, no block barrier); several loads kept in flight per thread; the combine
-# kernel reading a token's partials in chunk order.
+# `__shfl_sync` (no block barrier); the chunk kernel in two forms, one `chunk_warp` template apart: rows read
+# one at a time into registers, or 8 at a time into the warp's own slice of shared memory with `cp.async`
+# (more rows in flight without the registers to hold them; the package takes it where the grid is one wave,
+# one sequence at GPT-2 shapes), both adding the same rows in the same order; the combine kernel reading a
+# token's partials in chunk order.
 
 # %%
 display(Markdown(f"```cuda\n{kernel_source('encoder_backward_wte_chunked.cu')}\n```"))

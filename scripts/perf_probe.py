@@ -230,6 +230,18 @@ def main() -> int:
             )
             record(B, kind, "chunked wte: the chunk kernel alone (no combine)", t_us(
                 lambda: chunk_kernel_only(g.dwte, table_dev, g.dout)))
+            # the chunk kernel's two forms by name (the package picks one: cuda.chunk_walk), same bits
+            walked = {}
+            for walk in sorted(cuda.CHUNK_WALKS):
+                walked[walk] = upload(host)
+                with stream:
+                    cuda.encoder_backward_wte_chunked(walked[walk].dwte, table_dev, walked[walk].dout, C, 99, walk=walk)
+                stream.synchronize()
+                record(B, kind, f"chunked wte kernels, table ready, {walk} walk", t_us(
+                    lambda walk=walk: cuda.encoder_backward_wte_chunked(g.dwte, table_dev, g.dout, C, 5, walk=walk)))
+            check(compare.bitwise_equal(walked["registers"].dwte, walked["staged"].dwte),
+                  f"B={B} {kind} chunked wte: staged walk == register walk (the package picks "
+                  f"{cuda.chunk_walk(table_dev.max_units, C, enc.bfloat16)})")
             record(
                 B,
                 kind,

@@ -52,7 +52,7 @@ if str(ROOT) not in sys.path:
 import numpy as np  # noqa: E402
 
 import gpt2enc_edu as enc  # noqa: E402
-from gpt2enc_edu import compare, reference, validate  # noqa: E402
+from gpt2enc_edu import compare, mirror, reference, validate  # noqa: E402
 from gpt2enc_edu.problems import count_poison, poisoned, random_problem  # noqa: E402
 from gpt2enc_edu.rounding import bfloat16  # noqa: E402
 
@@ -142,8 +142,10 @@ def _backward_kernels(method: str, dtype, shape, bucketing: str | None) -> froze
             return frozenset({"encoder_backward_atomic_widen_kernel", "encoder_backward_atomic_fp32_rows_kernel",
                               "encoder_backward_atomic_narrow_kernel"})
         return frozenset({"encoder_backward_atomic_fp32_rows_kernel"})
-    wte = ({"encoder_backward_wte_chunked_kernel", "encoder_backward_wte_chunk_combine_kernel"}
-           if method == "chunked" else {f"encoder_backward_wte_{method}_kernel"})
+    # chunked: the combine kernel, and one of the chunk kernel's two forms, which the package picks on the GPU
+    # (cuda.chunk_walk); the chunk-walk cases launch each form by name.
+    wte = ({"encoder_backward_wte_chunk_combine_kernel"} if method == "chunked"
+           else {f"encoder_backward_wte_{method}_kernel"})
     bucketing_kernels = _bucketing_kernels(B * T, V) if bucketing in ("gpu", "auto", None) else set()
     return frozenset({"encoder_backward_wpe_kernel", *wte, *bucketing_kernels})
 
@@ -292,6 +294,32 @@ def _route_case(name: str, shape, dtype, route: str) -> Case:
     return Case(name, run, f"GPU bucket table by the {route} route", ROUTE_KERNELS[route])
 
 
+def _chunk_walk_case(name: str, shape, dtype, walk: str) -> Case:
+    """The chunked wte kernels with the chunk kernel's form named (``cuda.CHUNK_WALKS``), on a NumPy-built table,
+    against the mirror (the package picks one form by grid size, so a small shape alone would never run the other)."""
+    from gpt2enc_edu import cuda
+
+    def run(check: bool) -> str | None:
+        import cupy
+
+        p = _problem(name, shape, dtype)
+        seed = zlib.crc32(name.encode()) ^ 0x5EED
+        table = enc.make_buckets(p.inp, p.C, dtype)
+        got = cupy.asarray(p.dwte)
+        cuda.encoder_backward_wte_chunked(got, table, cupy.asarray(p.dout), p.C, seed, walk=walk)
+        cupy.cuda.Device().synchronize()
+        if not check:
+            return None
+        want = p.dwte.copy()
+        mirror.encoder_backward_wte_chunked(want, table, p.dout, p.C, seed)
+        if not compare.bitwise_equal(got, want):
+            return f"dwte: {compare.count_bit_differences(got, want)} elements differ from the mirror"
+        return None
+
+    return Case(name, run, f"chunked wte kernels, the chunk kernel's {walk} form",
+                frozenset({cuda.CHUNK_WALKS[walk], "encoder_backward_wte_chunk_combine_kernel"}))
+
+
 def _fresh_gpu_tables() -> None:
     """Drop the GPU tables' cached workspaces, so a case's first table launches its kernels one by one (the
     scatter route's later calls replay a CUDA graph, which fetches no kernel: the coverage check would not see
@@ -299,6 +327,13 @@ def _fresh_gpu_tables() -> None:
     from gpt2enc_edu import gpu_buckets
 
     gpu_buckets.release_workspaces()
+
+
+def _chunk_walks() -> list[str]:
+    """The chunk kernel's forms that ``gpt2enc_edu.cuda`` can launch by name (building the list needs no GPU)."""
+    from gpt2enc_edu import cuda
+
+    return sorted(getattr(cuda, "CHUNK_WALKS", {}))
 
 
 def _routes_for(shape) -> list[str]:
@@ -345,6 +380,9 @@ def default_cases() -> list[Case]:
                     cases.append(_backward_case(f"{op}/{dtype_name}/{shape_name}", shape, dtype, method, bucketing))
             if shape_name in ("B1-T1-C8", "ordinary", "B1-C776", "thousands-per-bucket"):
                 cases.append(_atomic_fp32_plain_case(f"atomic-fp32-plain/{dtype_name}/{shape_name}", shape, dtype))
+            if "chunked" in DETERMINISTIC and shape_name in ("ordinary", "B1-C776", "thousands-per-bucket"):
+                for walk in _chunk_walks():
+                    cases.append(_chunk_walk_case(f"chunk-walk-{walk}/{dtype_name}/{shape_name}", shape, dtype, walk))
             if shape_name in ("B1-T1-C8", "ordinary", "one-item-buckets", "thousands-per-bucket", "big-bucketing"):
                 for route in _routes_for(shape):
                     cases.append(_route_case(f"bucketing-{route}/{dtype_name}/{shape_name}", shape, dtype, route))

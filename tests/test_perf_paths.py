@@ -3,7 +3,8 @@
 Forward versions 1-3 give the mirror's bits; the bucketed wte kernel (idle warps leave, a named barrier counts
 the busy ones) gives the mirror's bits for buckets of every size; both bucketing kernels (one block for small
 batches, the cooperative one) give the NumPy table; ``phase_times_us`` accounts for the whole kernel; the chunked
-method gives the mirror's bits with and without its L2 prefetch, and both deterministic methods with and
+method gives the mirror's bits with and without its L2 prefetch and with either form of its chunk kernel (rows in
+registers or staged in shared memory), and both deterministic methods with and
 without programmatic dependent launch (the one-block and scatter routes of the table); the fp32 atomic backward
 touches only the batch's rows and stays within the fp32 error bound over repeated calls.
 """
@@ -177,6 +178,38 @@ def test_chunked_kernel_prefetch_keeps_the_bits(rng, monkeypatch, dtype, prefetc
     monkeypatch.setattr(cuda, "prefetch_rows", lambda dout_nbytes, l2_bytes: prefetch)
     p = random_problem(3, 512, 776 if dtype == bfloat16 else 132, 50257, 512, dtype=dtype, ids="zipf", rng=rng)
     assert_gpu_backward_gives_the_mirrors_bits(p, "chunked", rng)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("walk", sorted(cuda.CHUNK_WALKS))
+@pytest.mark.parametrize("B, T, V, ids", [(1, 1024, 50257, "zipf"), (1, 1000, 3, "uniform"), (4, 512, 4000, "zipf"),
+                                          (2, 300, 50257, "uniform")])
+def test_both_chunk_walks_give_the_mirrors_bits(rng, dtype, walk, B, T, V, ids):
+    """The chunk kernel's two forms (rows in registers, rows staged in shared memory 8 at a time) add the same rows
+    in the same order: each gives the mirror's bits whichever the package would choose, on chunks of every length
+    (1 to 32 items, V = 3: hundreds of chunks per token), and C with a partial last channel group (776 bf16)."""
+    import cupy
+
+    C = 776 if dtype == bfloat16 else 132
+    p = random_problem(B, T, C, V, T, dtype=dtype, ids=ids, rng=rng)
+    seed = int(rng.integers(2**32))
+    table = enc.make_buckets(p.inp, C, dtype)
+    want = p.dwte.copy()
+    mirror.encoder_backward_wte_chunked(want, table, p.dout, C, seed)
+    got = cupy.asarray(p.dwte)
+    cuda.encoder_backward_wte_chunked(got, table, cupy.asarray(p.dout), C, seed, walk=walk)
+    assert compare.bitwise_equal(got, want)
+
+
+def test_chunk_walk_stages_rows_only_where_the_grid_fits_in_one_wave():
+    """On this GPU: a one-sequence table gets the staged walk (sm_80 and newer), a B=64 table the register walk."""
+    facts = loader.device_facts()
+    small, large = gpu_buckets.max_units(1024, 50257), gpu_buckets.max_units(64 * 1024, 50257)
+    assert cuda.chunk_walk(small, 768, bfloat16) == ("staged" if facts.compute_capability >= 80 else "registers")
+    assert cuda.chunk_walk(large, 768, bfloat16) == "registers"
+    staged = loader.blocks_per_sm("encoder_backward_wte_chunked.cu", cuda.CHUNK_WALKS["staged"], bfloat16, 256)
+    registers = loader.blocks_per_sm("encoder_backward_wte_chunked.cu", cuda.CHUNK_WALKS["registers"], bfloat16, 256)
+    assert 1 <= staged <= registers
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """The programmatic dependent launcher (``loader.launch(..., after_kernel=True)``), on any machine: its structures
 match cuda.h's, its argument array points at each argument's value, and it refuses what a kernel cannot take; the
-device facts it goes by are read once per device.
-(On the GPU, ``test_perf_paths.py`` checks that the bits are the same with it on and off.)"""
+device facts it goes by are read once per device, and the chunk kernel's form is chosen from them
+(``cuda.chunk_walk``). (On the GPU, ``test_perf_paths.py`` checks that the bits are the same with it on and off.)"""
 
 from __future__ import annotations
 
@@ -86,3 +86,34 @@ def test_device_facts_are_read_once_per_device(monkeypatch):
         assert (facts.compute_capability, facts.sm_count, facts.l2_cache_bytes) == _FakeDevice.specs[device]
         assert loader._programmatic_launch_supported() == (device == 0)  # sm_90 and newer
     assert _FakeDevice.reads == {0: 1, 1: 1}
+
+
+def test_chunk_walk_stages_rows_only_where_the_grid_fits_in_one_wave(monkeypatch):
+    """The staged chunk kernel holds fewer blocks per SM: the package launches it only while its whole grid is one
+    wave (units / 8 warps per block, times the channel groups), and never below sm_80 (no cp.async there)."""
+    from gpt2enc_edu import cuda
+    from gpt2enc_edu.rounding import bfloat16
+
+    def staged_blocks(file_name, kernel_name, dtype, block):
+        assert (file_name, kernel_name, block) == ("encoder_backward_wte_chunked.cu", cuda.CHUNK_WALKS["staged"], 256)
+        return 6
+
+    monkeypatch.setattr(cuda, "blocks_per_sm", staged_blocks)
+    monkeypatch.setattr(cuda, "device_facts", lambda: loader.DeviceFacts(90, 132, 60 * 2**20))
+    one_wave_units = 6 * 132 // 3 * 8  # C = 768 in bf16: 3 channel groups; 8 units (warps) per block
+    assert cuda.chunk_walk(1, 768, bfloat16) == "staged"
+    assert cuda.chunk_walk(one_wave_units, 768, bfloat16) == "staged"
+    assert cuda.chunk_walk(one_wave_units + 1, 768, bfloat16) == "registers"
+    assert cuda.chunk_walk(one_wave_units, 264, bfloat16) == "staged"  # 1 channel group: 3 times the units fit
+    assert cuda.chunk_walk(3 * one_wave_units + 1, 264, bfloat16) == "registers"
+    monkeypatch.setattr(cuda, "device_facts", lambda: loader.DeviceFacts(75, 40, 4 * 2**20))
+    assert cuda.chunk_walk(1, 768, bfloat16) == "registers"
+
+
+@pytest.mark.parametrize("walk, error", [("diagonal", ValueError), ("Staged", ValueError), (1, TypeError)])
+def test_chunked_wte_refuses_an_unknown_walk_before_touching_anything(walk, error):
+    """The walk is checked first: no table is copied and no kernel compiled or launched (this runs without a GPU)."""
+    from gpt2enc_edu import cuda
+
+    with pytest.raises(error, match="walk"):
+        cuda.encoder_backward_wte_chunked(None, None, None, 768, 1, walk=walk)
