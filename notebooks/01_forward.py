@@ -292,8 +292,8 @@ for name, p in problems.items():
 # * **Cache hints.** llm.c loads *both* the `wte` and the `wpe` pack with `load128cs` (streaming, evict
 #   first). Version 2 here streams `wte` and caches `wpe`, which every sequence reads again; version 3
 #   loads each `wpe` pack once per thread and reuses it from registers for up to 8 sequences. Stores take
-#   hints too: version 3 once stored its output streaming, and a plain store measured faster on the H200
-#   (`docs/performance.md`, part 7). A hint cannot change a result, only where lines live in L2.
+#   hints too: version 3 stored its output streaming until a measurement on the H200 found it no faster than
+#   a plain store (`docs/performance.md`, part 7). A hint cannot change a result, only where lines live in L2.
 # * **The package's fastest forward is version 3** (section 7), a different thread map; llm.c's kernel is
 #   version 2.
 #
