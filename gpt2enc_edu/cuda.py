@@ -105,9 +105,9 @@ def chunk_walk(max_units: int, C: int, dtype) -> str:
     GPU in one wave of the staged form (so that its fewer blocks per SM cost nothing) and the GPU has cp.async
     (sm_80 and newer), else ``"registers"``.
 
-    On an H200 at GPT-2 shapes that is B=1: the staged walk took the chunked wte kernels from 17.5 to 12.8 us on
-    Zipf ids there, while at B=8 and B=64 (several waves) it was up to 16% slower on uniform ids
-    (docs/performance.md, part 7)."""
+    On an H200 at GPT-2 shapes with the GPU-built table that is B <= 2. At B=1 the staged form took the chunked wte
+    kernels from 17.6 to 13.7 us on Zipf ids (bench); where the grid takes several waves it was slower: 6-16% at
+    B=64, 10% at B=8 on uniform ids (docs/performance.md, part 7)."""
     facts = device_facts()
     if facts.compute_capability < 80:
         return "registers"
