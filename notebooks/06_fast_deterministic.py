@@ -159,8 +159,8 @@ print(f"{small_table.num_units} units ({int((small_table.sizes[small_table.c_gro
 # lane `l` first loads the position of item `l` of the chunk and the warp then passes positions around with
 # `__shfl_sync` (no block barrier); the chunk kernel in two forms, one `chunk_warp` template apart: rows read
 # one at a time into registers, or 8 at a time into the warp's own slice of shared memory with `cp.async`
-# (more rows in flight without the registers to hold them; the package takes it where the grid is one wave,
-# one sequence at GPT-2 shapes), both adding the same rows in the same order; the combine kernel reading a
+# (more rows in flight without the registers to hold them; the package takes it where the grid is one wave:
+# on an H200 at GPT-2 shapes, up to two sequences), both adding the same rows in the same order; the combine kernel reading a
 # token's partials in chunk order.
 
 # %%
