@@ -255,7 +255,7 @@ def _launch_scatter(cupy, inp, BT: int, V: int, groups: int, dtype, ws, stop_aft
     kernel = lambda name: get_kernel("bucketing_scatter.cu", name, dtype)  # noqa: E731
     num_tiles = ceil_div(V, SCATTER_THREADS)
     position_grid = ceil_div(BT, SCATTER_SMALL_BLOCK)
-    big_blocks, small_blocks = scatter_sort_blocks(BT, V, dtype)
+    big_blocks, small_blocks = scatter_sort_blocks(BT, V)
     launches = (
         ("scatter_count_kernel", position_grid, SCATTER_SMALL_BLOCK, (inp, np.int32(BT), ws.counts, ws.counters)),
         ("scatter_classify_kernel", num_tiles, SCATTER_THREADS,
@@ -277,18 +277,16 @@ def _launch_scatter(cupy, inp, BT: int, V: int, groups: int, dtype, ws, stop_aft
     ws.counts_dirty = steps < 5
 
 
-def scatter_sort_blocks(BT: int, V: int, dtype) -> tuple[int, int]:
+def scatter_sort_blocks(BT: int, V: int) -> tuple[int, int]:
     """The grid of the scatter route's kernel 6 on the current device: (blocks that sort big tokens, blocks whose
     warps take the small tokens in turn).
 
     Big tokens: one block each, at most two per SM (a 1024-thread block with an 8 KiB bitmap; two fit an SM). Small
-    tokens: a pool of at most one wave of blocks (as many as the SMs hold at once, by the driver's occupancy
-    calculator), fewer where fewer tokens need a warp."""
-    sm_count = device_facts().sm_count
-    big_blocks = max(1, min(scatter_max_big(BT), 2 * sm_count))
-    per_sm = loader.blocks_per_sm("bucketing_scatter.cu", "scatter_sort_kernel", dtype, SCATTER_THREADS)
-    small_blocks = max(1, min(ceil_div(min(V, BT), SCATTER_THREADS // WARP_SIZE), per_sm * sm_count))
-    return big_blocks, small_blocks
+    tokens: a warp for every token that may need one (min(V, BT) of them), so each warp walks once. The kernel takes
+    any pool; a pool of one wave (two blocks per SM) made the table alone faster on an H200 at B=64 but the whole
+    backward slower, where the wpe kernel holds SM slots beside it (docs/performance.md, part 8)."""
+    big_blocks = max(1, min(scatter_max_big(BT), 2 * device_facts().sm_count))
+    return big_blocks, ceil_div(min(V, BT), SCATTER_THREADS // WARP_SIZE)
 
 
 #: How many ids buffers a scatter workspace keeps a graph for (each graph reads its buffer in place).

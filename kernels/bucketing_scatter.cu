@@ -33,9 +33,8 @@
 //   6. scatter_sort_kernel        grid big_blocks + small_blocks, block SCATTER_THREADS
 //        (bt_list, bucket_info, num_c_groups, big_unit_starts, class_bases, units, counters, BT, big_blocks)
 //   big_blocks: the blocks of kernel 6 that sort big tokens (the package: min(BT / 33 + 1, 2 per SM));
-//   small_blocks (any number >= 1): a pool whose warps take the small tokens in turn (the package: one wave,
-//   min(CEIL_DIV(min(V, BT), SCATTER_WARPS), blocks the SMs hold at once)). Kernel 3 keeps all big keys in
-//   shared memory (32 KB).
+//   small_blocks (any number >= 1): a pool whose warps take the small tokens in turn (the package: a warp per
+//   token, CEIL_DIV(min(V, BT), SCATTER_WARPS)). Kernel 3 keeps all big keys in shared memory (32 KB).
 // Workspace: counts[V], tile_totals[CEIL_DIV(V, 1024) * CHUNK_ITEMS], big_list and big_sorted and
 // big_unit_starts[BT / (CHUNK_ITEMS + 1) + 1], class_bases[3 * CHUNK_ITEMS], token_starts[V].
 // Requires 1 <= BT <= SCATTER_MAX_BT (the bitmap is static shared memory); any V. counters as in bucketing.cu,
@@ -308,10 +307,11 @@ extern "C" __global__ void __launch_bounds__(SCATTER_THREADS)
     }
     // The other blocks are a pool of warps that take the small tokens in turn: warp w of the pool takes ranks
     // num_big + w, num_big + w + pool, ... Class 1 comes last in rank order and a single position is sorted
-    // already, so the walk ends at its first rank. (One warp per small token, in a grid sized for every token,
-    // launched thousands of blocks whose warps mostly left at once: on an H200 at B=64 the whole table took
-    // 22.0 us on uniform ids that way, 18.8 us with a pool of two blocks per SM, as graph replays;
-    // docs/performance.md, part 8.)
+    // already, so the walk ends at its first rank. The package launches a warp for every token that may need one
+    // (each walks once). On an H200 at B=64 a pool of one wave (two blocks per SM) made the table alone faster
+    // (22.0 -> 18.8 us on uniform ids, as graph replays) but the whole backward slower (120 -> 126 us): there the
+    // wpe kernel runs beside the table, and a pool of long-lived blocks waits for SM slots that many short blocks
+    // find (docs/performance.md, part 8).
     int end = class_bases[BASE_RANK * CHUNK_ITEMS + 0];
     int pool = ((int)gridDim.x - big_blocks) * SCATTER_WARPS;
     for (int rank = num_big + ((int)blockIdx.x - big_blocks) * SCATTER_WARPS + warp; rank < end; rank += pool) {

@@ -257,7 +257,7 @@ def test_gpu_scatter_sort_kernel_takes_any_pool(monkeypatch, blocks):
 
     from gpt2enc_edu import gpu_buckets
 
-    monkeypatch.setattr(gpu_buckets, "scatter_sort_blocks", lambda BT, V, dtype: blocks)
+    monkeypatch.setattr(gpu_buckets, "scatter_sort_blocks", lambda BT, V: blocks)
     rng = np.random.default_rng(13)
     gpu_buckets.release_workspaces()
     try:
