@@ -17,6 +17,7 @@ from .layout import (
     COMBINE_THREADS,
     FORWARD_ROWS,
     WARP_SIZE,
+    WPE_BLOCK_SIZE,
     WTE_BLOCK_SIZE,
     c_per_group,
     ceil_div,
@@ -52,7 +53,7 @@ def encoder_forward(out, inp, wte, wpe, B: int, T: int, C: int) -> None:
 def encoder_backward_wpe(dwpe, dout, B: int, T: int, C: int, seed: int) -> None:
     kernel = get_kernel("encoder_backward_wpe.cu", "encoder_backward_wpe_kernel", dout.dtype)
     threads = T * C // pack_size(dout.dtype)
-    launch(kernel, ceil_div(threads, BLOCK_SIZE), BLOCK_SIZE,
+    launch(kernel, ceil_div(threads, WPE_BLOCK_SIZE), WPE_BLOCK_SIZE,
            (dwpe, dout, np.int32(B), np.int32(T), np.int32(C), np.uint32(seed)))
 
 
@@ -108,24 +109,27 @@ def chunk_walk(max_units: int, C: int, dtype) -> str:
     On an H200 at GPT-2 shapes with the GPU-built table that is B <= 2. At B=1 the staged form took the chunked wte
     kernels from 17.6 to 13.7 us on Zipf ids (bench); where the grid takes several waves it was slower: 6-16% at
     B=64, 10% at B=8 on uniform ids (docs/performance.md, part 7)."""
-    facts = device_facts()
+    return _walk_for_grid(_chunk_grid(max_units, C, dtype), dtype, device_facts())
+
+
+def _walk_for_grid(grid: tuple[int, int], dtype, facts) -> str:
+    """``chunk_walk``'s choice for a chunk grid already computed (the launcher needs the grid too)."""
     if facts.compute_capability < 80:
         return "registers"
-    units, groups = _chunk_grid(max_units, C, dtype)
     per_sm = blocks_per_sm("encoder_backward_wte_chunked.cu", CHUNK_WALKS["staged"], dtype,
                            WARP_SIZE * CHUNKED_WARPS_PER_BLOCK)
-    one_wave = per_sm * facts.sm_count
-    return "staged" if units * groups <= one_wave else "registers"
+    return "staged" if grid[0] * grid[1] <= per_sm * facts.sm_count else "registers"
 
 
 def _launch_chunk_kernel(dwte, table, dout, C: int, seed: int, walk: str | None = None):
     """The first of the chunked method's two kernels (it finishes single-chunk tokens); returns the partials.
     ``walk``: a key of ``CHUNK_WALKS`` (checked by the caller), or None for ``chunk_walk``'s choice."""
-    walk = chunk_walk(table.max_units, C, dout.dtype) if walk is None else walk
-    kernel = get_kernel("encoder_backward_wte_chunked.cu", CHUNK_WALKS[walk], dout.dtype)
     grid = _chunk_grid(table.max_units, C, dout.dtype)
+    facts = device_facts()
+    walk = _walk_for_grid(grid, dout.dtype, facts) if walk is None else walk
+    kernel = get_kernel("encoder_backward_wte_chunked.cu", CHUNK_WALKS[walk], dout.dtype)
     partials = _chunk_partials(table.num_positions, grid[1] * c_per_group(dout.dtype))
-    prefetch = prefetch_rows(dout.nbytes, device_facts().l2_cache_bytes)
+    prefetch = prefetch_rows(dout.nbytes, facts.l2_cache_bytes)
     launch(kernel, grid, WARP_SIZE * CHUNKED_WARPS_PER_BLOCK,
            (dwte, table.units, table.bt_list, dout, partials, table.num_units_device, np.int32(C), np.uint32(seed),
             np.int32(prefetch)), after_kernel=True)

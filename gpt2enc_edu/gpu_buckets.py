@@ -172,8 +172,13 @@ class _Workspace:
             self.big_list, self.big_sorted, self.big_unit_starts = (cupy.empty(big, i32) for _ in range(3))
             self.class_bases = cupy.empty(3 * CHUNK_ITEMS, i32)
             self.token_starts = cupy.empty(V, i32)
-            self.inp_copy = cupy.empty(BT, i32)  # the ids the captured graph reads (see _launch_scatter_graph)
+            # counts are zero between tables (kernel 5 counts every token back down); a run stopped before kernel 5
+            # leaves them dirty, and the next run clears them first (_launch_scatter).
+            self.counts_dirty = False
+            self.inp_copy = cupy.empty(BT, i32)  # the ids the copy graph reads (see _launch_scatter_graph)
             self.graph, self.warm = None, False
+            self.graphs_in_place: dict = {}  # ids buffer address -> a graph that reads it in place
+            self.buffers_seen: dict = {}  # addresses of ids buffers met once (insertion order; bounded)
             return
         n = max(V, BT)
         self.counts = cupy.empty(V, i32)
@@ -214,7 +219,7 @@ def routes_for(BT: int, V: int) -> tuple[str, ...]:
 def bucketing_route(BT: int, V: int) -> str:
     """The route ``build_bucket_table_gpu`` takes by itself for BT ids of a vocabulary of V (see ``ROUTES``):
     the first of ``routes_for``, the fastest where it fits (one launch for one sequence, then the scatter route's
-    seven short steps, then the cooperative kernel)."""
+    six short kernels, then the cooperative kernel)."""
     return routes_for(BT, V)[0]
 
 
@@ -230,20 +235,27 @@ def _check_route(route, BT: int, V: int) -> str:
     return route
 
 
-def _launch_scatter(cupy, inp, BT: int, V: int, groups: int, dtype, ws, stop_after: int) -> None:
-    """The scatter route: clear ``counts``, then kernels 1-6 of bucketing_scatter.cu (``stop_after`` = k > 0: only
-    the first k of these seven steps; < 0: none)."""
-    steps = 7 if stop_after == 0 else max(stop_after, 0)
+def _launch_scatter(cupy, inp, BT: int, V: int, groups: int, dtype, ws, stop_after: int,
+                    clear_counts: bool = False) -> None:
+    """The scatter route: kernels 1-6 of bucketing_scatter.cu (``stop_after`` = k > 0: only the first k; < 0: none).
+
+    Kernel 1 adds into ``counts``, which must be zero when it starts. They are, without a memset: a workspace starts
+    with zeros and kernel 5 counts every token back down. Only a run stopped before kernel 5 (phase timing) leaves
+    them dirty; the next run then clears them first, as does ``clear_counts=True``. (The memset was 1.2-1.3 us of
+    every table on an H200, as graph replays; docs/performance.md, part 8.)
+    """
+    steps = 6 if stop_after == 0 else max(stop_after, 0)
+    stream = cupy.cuda.get_current_stream()
+    if clear_counts or ws.counts_dirty:
+        cupy.cuda.runtime.memsetAsync(ws.counts.data.ptr, 0, ws.counts.nbytes, stream.ptr)
+        ws.counts_dirty = False
     if steps < 1:
         return
-    stream = cupy.cuda.get_current_stream()
-    cupy.cuda.runtime.memsetAsync(ws.counts.data.ptr, 0, ws.counts.nbytes, stream.ptr)
+    ws.counts_dirty = True  # until kernel 5 is queued (a launch that fails on the way leaves it so)
     kernel = lambda name: get_kernel("bucketing_scatter.cu", name, dtype)  # noqa: E731
     num_tiles = ceil_div(V, SCATTER_THREADS)
     position_grid = ceil_div(BT, SCATTER_SMALL_BLOCK)
-    # Blocks that sort big tokens: two per SM at most (a 1024-thread block with an 8 KiB bitmap; two fit an SM).
-    big_blocks = max(1, min(scatter_max_big(BT), 2 * device_facts().sm_count))
-    small_warps = SCATTER_THREADS // WARP_SIZE  # one small token per warp
+    big_blocks, small_blocks = scatter_sort_blocks(BT, V)
     launches = (
         ("scatter_count_kernel", position_grid, SCATTER_SMALL_BLOCK, (inp, np.int32(BT), ws.counts, ws.counters)),
         ("scatter_classify_kernel", num_tiles, SCATTER_THREADS,
@@ -256,49 +268,93 @@ def _launch_scatter(cupy, inp, BT: int, V: int, groups: int, dtype, ws, stop_aft
           ws.token_starts)),
         ("scatter_positions_kernel", position_grid, SCATTER_SMALL_BLOCK,
          (inp, np.int32(BT), ws.counts, ws.token_starts, ws.bt_list)),
-        ("scatter_sort_kernel", big_blocks + ceil_div(min(V, BT), small_warps), SCATTER_THREADS,
+        ("scatter_sort_kernel", big_blocks + small_blocks, SCATTER_THREADS,
          (ws.bt_list, ws.info, np.int32(groups), ws.big_unit_starts, ws.class_bases, ws.units, ws.counters,
           np.int32(BT), np.int32(big_blocks))),
     )
-    for step, (name, grid, block, args) in enumerate(launches[: steps - 1]):
-        launch(kernel(name), grid, block, args, after_kernel=step > 0)  # kernel 1 follows the memset
+    for step, (name, grid, block, args) in enumerate(launches[:steps]):
+        launch(kernel(name), grid, block, args, after_kernel=step > 0)  # kernel 1: after whatever came before
+    ws.counts_dirty = steps < 5
+
+
+def scatter_sort_blocks(BT: int, V: int) -> tuple[int, int]:
+    """The grid of the scatter route's kernel 6 on the current device: (blocks that sort big tokens, blocks whose
+    warps take the small tokens in turn).
+
+    Big tokens: one block each, at most two per SM (a 1024-thread block with an 8 KiB bitmap; two fit an SM). Small
+    tokens: a warp for every token that may need one (min(V, BT) of them), so each warp walks once. The kernel takes
+    any pool; a pool of one wave (two blocks per SM) made the table alone faster on an H200 at B=64 but the whole
+    backward slower, where the wpe kernel holds SM slots beside it (docs/performance.md, part 8)."""
+    big_blocks = max(1, min(scatter_max_big(BT), 2 * device_facts().sm_count))
+    return big_blocks, ceil_div(min(V, BT), SCATTER_THREADS // WARP_SIZE)
+
+
+#: How many ids buffers a scatter workspace keeps a graph for (each graph reads its buffer in place).
+SCATTER_GRAPHS = 8
 
 
 def _launch_scatter_graph(cupy, inp, BT: int, V: int, groups: int, dtype, ws) -> None:
-    """The whole scatter route as one CUDA graph: its seven steps replayed with no launch gap between them.
+    """The whole scatter route as one CUDA graph: its six kernels replayed with no launch gap between them.
 
-    Launched one by one from the host, the seven steps leave about a microsecond between each other on the GPU
-    (measured on an H200: the table took 34 us launched step by step, 26 us as a graph, at B=64). A graph's
-    kernels keep the arguments they were captured with, so the graph reads the ids from the workspace's own
-    ``inp_copy``: each call copies ``inp`` there (device to device) on the current stream, then replays the
-    graph on it. The graph is captured on the second call (the first one launches step by step, which also
-    compiles and loads the kernels outside any capture). A stream that is itself being captured (the caller
-    records a graph of its own) gets the steps one by one, into the caller's graph.
+    Launched one by one from the host, the steps leave about a microsecond between each other on the GPU (measured
+    on an H200: the table took 34 us launched step by step, 26 us as a graph, at B=64). A graph's kernels keep the
+    arguments they were captured with, the address of the ids among them. So there are two kinds of graph:
+
+    * for an ids buffer met in an earlier call (the same array again, or a memory pool handing the same block
+      back, as in a training loop), a graph that reads that buffer in place, captured on its second call; up to
+      ``SCATTER_GRAPHS`` of them per workspace, kept for its lifetime (a graph reads whatever its buffer holds when it
+      is replayed, and every call that replays it passes that very buffer);
+    * for any other buffer, the copy graph: the call copies the ids into the workspace's ``inp_copy`` (device to
+      device, on the current stream), then replays a graph that reads them there.
+
+    The first call of a workspace launches step by step (which also compiles and loads the kernels outside any
+    capture). A stream that is itself being captured (the caller records a graph of its own) gets the steps one by
+    one, into the caller's graph.
     """
     stream = cupy.cuda.get_current_stream()
     if stream.is_capturing():
         _launch_scatter(cupy, inp, BT, V, groups, dtype, ws, 0)
         return
+    if not ws.warm:
+        ws.warm = True
+        _launch_scatter(cupy, inp, BT, V, groups, dtype, ws, 0)
+        ws.buffers_seen[inp.data.ptr] = True
+        return
+    if ws.counts_dirty:  # the graphs hold no memset: clear before the replay
+        _launch_scatter(cupy, inp, BT, V, groups, dtype, ws, -1)
+    address = inp.data.ptr
+    graph = ws.graphs_in_place.get(address)
+    if graph is None and address in ws.buffers_seen and len(ws.graphs_in_place) < SCATTER_GRAPHS:
+        graph = ws.graphs_in_place[address] = _capture_scatter(cupy, inp, BT, V, groups, dtype, ws)
+    if graph is not None:
+        graph.launch(stream)
+        return
+    if len(ws.buffers_seen) < 4 * SCATTER_GRAPHS:
+        ws.buffers_seen[address] = True
     if ws.graph is None:
-        if not ws.warm:
-            ws.warm = True
-            _launch_scatter(cupy, inp, BT, V, groups, dtype, ws, 0)
-            return
-        capture = cupy.cuda.Stream(non_blocking=True)
-        with capture:
-            capture.begin_capture()
-            try:
-                _launch_scatter(cupy, ws.inp_copy, BT, V, groups, dtype, ws, 0)
-            finally:
-                ws.graph = capture.end_capture()
+        ws.graph = _capture_scatter(cupy, ws.inp_copy, BT, V, groups, dtype, ws)
     device_to_device = 3  # cudaMemcpyDeviceToDevice
-    cupy.cuda.runtime.memcpyAsync(ws.inp_copy.data.ptr, inp.data.ptr, BT * 4, device_to_device, stream.ptr)
+    cupy.cuda.runtime.memcpyAsync(ws.inp_copy.data.ptr, address, BT * 4, device_to_device, stream.ptr)
     ws.graph.launch(stream)
 
 
-def _launch(inp, C: int, dtype, V: int, stop_after: int = 0, route: str | None = None, bucket_rows: bool = True):
+def _capture_scatter(cupy, inp, BT: int, V: int, groups: int, dtype, ws):
+    """A graph of the scatter route's six kernels reading the ids at ``inp`` (counts must be clean: no memset)."""
+    capture = cupy.cuda.Stream(non_blocking=True)
+    with capture:
+        capture.begin_capture()
+        try:
+            _launch_scatter(cupy, inp, BT, V, groups, dtype, ws, 0)
+        finally:
+            graph = capture.end_capture()
+    return graph
+
+
+def _launch(inp, C: int, dtype, V: int, stop_after: int = 0, route: str | None = None, bucket_rows: bool = True,
+            clear_counts: bool = False):
     """Build the table for these ids by ``route`` (``stop_after`` > 0: only its first phases; ``bucket_rows`` as in
-    ``build_bucket_table_gpu``); the workspace."""
+    ``build_bucket_table_gpu``; ``clear_counts``: the scatter route clears its counts first, step by step, whether
+    they need it or not, as phase timing asks); the workspace."""
     cupy = cupy_module()
     BT = int(inp.size)
     groups = num_c_groups(C, dtype)
@@ -312,10 +368,10 @@ def _launch(inp, C: int, dtype, V: int, stop_after: int = 0, route: str | None =
     if ws is None:
         grid = _grid_size(BT, V) if route == "cooperative" else 1
         ws = _workspaces[key] = _Workspace(cupy, BT, V, groups, grid, route)
-    if route == "scatter" and stop_after == 0:
+    if route == "scatter" and stop_after == 0 and not clear_counts:
         _launch_scatter_graph(cupy, inp, BT, V, groups, dtype, ws)
     elif route == "scatter":
-        _launch_scatter(cupy, inp, BT, V, groups, dtype, ws, stop_after)
+        _launch_scatter(cupy, inp, BT, V, groups, dtype, ws, stop_after, clear_counts)
     elif route == "small":
         launch(get_kernel("bucketing_small.cu", "bucketing_small_kernel", dtype), 1, SMALL_THREADS,
                (inp, np.int32(BT), np.int32(groups), ws.info, ws.units, ws.bt_list, ws.counters, np.int32(bucket_rows),
@@ -352,9 +408,9 @@ SMALL_PHASES = ("sort positions by id", "distinct tokens", "rank tokens by count
 COOPERATIVE_PHASES = ("clear", "count tokens", "count values present", "classes (scan)",
                       "sort tokens by class", "ranks and starts (2 scans)", "sort positions by rank",
                       "write the table")
-#: The scatter route's steps: a memset, then one kernel each.
-SCATTER_PHASES = ("clear counts", "count tokens", "classify tokens", "big tokens and class bases",
-                  "rows of small tokens", "scatter positions", "sort each token's positions")
+#: The scatter route's steps: one kernel each.
+SCATTER_PHASES = ("count tokens", "classify tokens", "big tokens and class bases", "rows of small tokens",
+                  "scatter positions", "sort each token's positions")
 PHASES = {"small": SMALL_PHASES, "cooperative": COOPERATIVE_PHASES, "scatter": SCATTER_PHASES}
 KERNEL_NAMES = {"small": "bucketing_small_kernel", "cooperative": "bucketing_kernel",
                 "scatter": "bucketing_scatter.cu (6 kernels)"}
@@ -366,7 +422,10 @@ def phase_times_us(inp, C: int, dtype, V: int, *, repeats: int = 20, route: str 
     Times the route that ``build_bucket_table_gpu`` takes for these ids (or ``route``), stopped after phase
     1, 2, ... (``stop_after``), and whole; a phase's time is the difference between the runs that end after it
     and before it. ``"launch"`` is a run of the one-kernel routes that returns at once (the scatter route's
-    phases are kernels of their own, each launch inside its phase: 0 there). Each run is ``repeats`` launches
+    phases are kernels of their own, each launch inside its phase: 0 there). A run of the scatter route stopped
+    before kernel 5 leaves its counts dirty, so every timed run of it clears them first (a memset, which the table
+    itself needs only after such a run): its baseline is a run of the memset alone, and its total is the six
+    kernels. Each run is ``repeats`` launches
     captured in a CUDA graph (so host launch overhead stays out), timed with events; the median of 5 replays
     counts. Returns ``{"kernel": name, "route": route, "launch": us, <phase>: us, ..., "total": us}``.
     """
@@ -376,19 +435,22 @@ def phase_times_us(inp, C: int, dtype, V: int, *, repeats: int = 20, route: str 
     stream = cupy.cuda.Stream(non_blocking=True)
     start, stop = cupy.cuda.Event(), cupy.cuda.Event()
 
+    clear = route == "scatter"
+
     def per_launch_us(stop_after: int) -> float:
         with stream:
-            _launch(inp, C, dtype, V, stop_after, route)  # warm-up: compiles, allocates the workspace
+            _launch(inp, C, dtype, V, stop_after, route, clear_counts=clear)  # warm-up: compiles, allocates
             try:
                 stream.begin_capture()
                 for _ in range(repeats):
-                    _launch(inp, C, dtype, V, stop_after, route)
+                    _launch(inp, C, dtype, V, stop_after, route, clear_counts=clear)
                 graph = stream.end_capture()
                 run = lambda: graph.launch(stream)  # noqa: E731
             except Exception:  # no graph capture of this launch here: back-to-back launches instead
                 if stream.is_capturing():
                     stream.end_capture()
-                run = lambda: [_launch(inp, C, dtype, V, stop_after, route) for _ in range(repeats)]  # noqa: E731
+                run = lambda: [_launch(inp, C, dtype, V, stop_after, route, clear_counts=clear)  # noqa: E731
+                               for _ in range(repeats)]
             samples = []
             for _ in range(5):
                 start.record(stream)
@@ -398,10 +460,9 @@ def phase_times_us(inp, C: int, dtype, V: int, *, repeats: int = 20, route: str 
                 samples.append(cupy.cuda.get_elapsed_time(start, stop) * 1000 / repeats)
         return float(np.median(samples))
 
-    first = 0.0 if route == "scatter" else per_launch_us(-1)
-    ends = [first] + [per_launch_us(k) for k in range(1, len(phases))] + [per_launch_us(0)]
-    result = {"kernel": KERNEL_NAMES[route], "route": route, "launch": ends[0]}
+    ends = [per_launch_us(-1)] + [per_launch_us(k) for k in range(1, len(phases))] + [per_launch_us(0)]
+    result = {"kernel": KERNEL_NAMES[route], "route": route, "launch": 0.0 if clear else ends[0]}
     for k, name in enumerate(phases):
         result[name] = ends[k + 1] - ends[k]
-    result["total"] = ends[-1]
+    result["total"] = ends[-1] - (ends[0] if clear else 0.0)
     return result

@@ -3,7 +3,8 @@
 Read it beside the kernels. Each function has the name of one kernel, works on the same buffers (a
 ``ScatterWorkspace``, the kernels' arguments by name) and is vectorised over that kernel's threads:
 
-0. ``clear_counts``: the memset before the kernels.
+0. ``clear_counts``: the zeros ``counts`` must hold when kernel 1 starts (a fresh workspace's; kernel 5 leaves
+   them so for the next table, and the package clears them only after a run stopped early).
 1. ``scatter_count_kernel``: ``counts[ix]``, one add per (warp, id) as the warp-aggregated atomics do.
 2. ``scatter_classify_kernel``: per tile of 1024 tokens the number of tokens of each class (class c = seen
    exactly c <= 32 times); the big tokens (seen more often) listed.
@@ -13,7 +14,8 @@ Read it beside the kernels. Each function has the name of one kernel, works on t
    tile + earlier lanes of its warp), its start (arithmetic: the class's tokens all have c items), buckets, unit.
 5. ``scatter_positions_kernel``: every position into its token's range at the slot the atomics give.
 6. ``scatter_sort_kernel``: each range sorted: big tokens through a bitmap of all positions, small ones by
-   counting smaller neighbours; the big tokens' units.
+   counting smaller neighbours (a pool of warps takes them in turn; the twin takes them in rank order); the big
+   tokens' units.
 
 Two steps of the GPU depend on timing, not on the data: the order in which kernel 2 lists the big tokens and the
 slots kernel 5's atomics hand out. Neither reaches the table (kernel 3 ranks by keys alone; kernel 6 sorts every

@@ -16,7 +16,7 @@
 //    counts the smaller ones); a block sorts a big token's by setting one bit per position in a bitmap of all
 //    BT positions and reading the set bits out in order (a popcount scan gives each word's first slot).
 //
-// Launch, in this order on one stream (gpt2enc_edu/gpu_buckets.py does it), after counts[0..V) is zeroed; kernels
+// Launch, in this order on one stream (gpt2enc_edu/gpu_buckets.py does it), with counts[0..V) all zero; kernels
 // 2-6 as programmatic dependents of the kernel before (common.cuh: each starts while the one before runs, and
 // waits for it before it touches memory):
 //   1. scatter_count_kernel       grid CEIL_DIV(BT, SCATTER_SMALL_BLOCK), block SCATTER_SMALL_BLOCK
@@ -30,14 +30,16 @@
 //        (counts, V, tile_totals, class_bases, num_c_groups, bucket_info, units, token_starts)
 //   5. scatter_positions_kernel   grid CEIL_DIV(BT, SCATTER_SMALL_BLOCK), block SCATTER_SMALL_BLOCK
 //        (inp, BT, counts, token_starts, bt_list)
-//   6. scatter_sort_kernel        grid big_blocks + CEIL_DIV(min(V, BT), SCATTER_WARPS), block SCATTER_THREADS
+//   6. scatter_sort_kernel        grid big_blocks + small_blocks, block SCATTER_THREADS
 //        (bt_list, bucket_info, num_c_groups, big_unit_starts, class_bases, units, counters, BT, big_blocks)
-//   big_blocks: the blocks of kernel 6 that sort big tokens (the package: min(BT / 33 + 1, 2 per SM)); the
-//   kernel's other warps take one small token each. Kernel 3 keeps all big keys in shared memory (32 KB).
+//   big_blocks: the blocks of kernel 6 that sort big tokens (the package: min(BT / 33 + 1, 2 per SM));
+//   small_blocks (any number >= 1): a pool whose warps take the small tokens in turn (the package: a warp per
+//   token, CEIL_DIV(min(V, BT), SCATTER_WARPS)). Kernel 3 keeps all big keys in shared memory (32 KB).
 // Workspace: counts[V], tile_totals[CEIL_DIV(V, 1024) * CHUNK_ITEMS], big_list and big_sorted and
 // big_unit_starts[BT / (CHUNK_ITEMS + 1) + 1], class_bases[3 * CHUNK_ITEMS], token_starts[V].
 // Requires 1 <= BT <= SCATTER_MAX_BT (the bitmap is static shared memory); any V. counters as in bucketing.cu,
-// plus COUNTER_NUM_BIG. Kernel 5 leaves counts at zero again (it counts every token back down).
+// plus COUNTER_NUM_BIG. Kernel 5 leaves counts at zero again (it counts every token back down), so the next table
+// needs no memset; only a run stopped before kernel 5 leaves them to be cleared.
 #include "common.cuh"
 
 #define SCATTER_THREADS 1024
@@ -73,7 +75,7 @@ __device__ __forceinline__ int warp_sum(int value) {
 //    token would otherwise queue thousands of atomics on one address).
 extern "C" __global__ void __launch_bounds__(SCATTER_SMALL_BLOCK)
     scatter_count_kernel(const int* inp, int BT, int* counts, int* counters) {
-    wait_for_previous_grid();  // a no-op here: kernel 1 follows the memset, launched the plain way (common.cuh)
+    wait_for_previous_grid();  // a no-op here: kernel 1 is launched the plain way, after whatever came before
     allow_next_grid();
     int bt = blockIdx.x * blockDim.x + threadIdx.x;
     int lane = threadIdx.x % WARP_SIZE;
@@ -253,7 +255,7 @@ extern "C" __global__ void __launch_bounds__(SCATTER_SMALL_BLOCK)
 }
 
 // 6. Sort every token's range of bt_list. Blocks below big_blocks take the big tokens (a bitmap of all
-//    positions per token, read out in order) and write their units; every other warp takes one small token.
+//    positions per token, read out in order) and write their units; the other blocks' warps take small tokens.
 extern "C" __global__ void __launch_bounds__(SCATTER_THREADS)
     scatter_sort_kernel(int* bt_list, const int4* bucket_info, int num_c_groups, const int* big_unit_starts,
                         const int* class_bases, int4* units, const int* counters, int BT, int big_blocks) {
@@ -303,15 +305,22 @@ extern "C" __global__ void __launch_bounds__(SCATTER_THREADS)
         }
         return;
     }
-    int rank = num_big + ((int)blockIdx.x - big_blocks) * SCATTER_WARPS + warp;
-    // Class 1 comes last in rank order and a single position is sorted already: warps from its first rank on
-    // leave before loading anything (the whole warp together).
-    if (rank >= class_bases[BASE_RANK * CHUNK_ITEMS + 0]) { return; }
-    int4 row = bucket_info[rank * num_c_groups];
-    int start = row.x;
-    int count = row.y;  // 2 .. CHUNK_ITEMS == WARP_SIZE
-    int bt = lane < count ? bt_list[start + lane] : 0x7FFFFFFF;
-    int place = 0;  // how many of the range's positions are smaller than mine
-    for (int k = 0; k < count; k++) { place += __shfl_sync(0xffffffffu, bt, k) < bt; }
-    if (lane < count) { bt_list[start + place] = bt; }
+    // The other blocks are a pool of warps that take the small tokens in turn: warp w of the pool takes ranks
+    // num_big + w, num_big + w + pool, ... Class 1 comes last in rank order and a single position is sorted
+    // already, so the walk ends at its first rank. The package launches a warp for every token that may need one
+    // (each walks once). On an H200 at B=64 a pool of one wave (two blocks per SM) made the table alone faster
+    // (22.0 -> 18.8 us on uniform ids, as graph replays) but the whole backward slower (120 -> 126 us): there the
+    // wpe kernel runs beside the table, and a pool of long-lived blocks waits for SM slots that many short blocks
+    // find (docs/performance.md, part 8).
+    int end = class_bases[BASE_RANK * CHUNK_ITEMS + 0];
+    int pool = ((int)gridDim.x - big_blocks) * SCATTER_WARPS;
+    for (int rank = num_big + ((int)blockIdx.x - big_blocks) * SCATTER_WARPS + warp; rank < end; rank += pool) {
+        int4 row = bucket_info[rank * num_c_groups];
+        int start = row.x;
+        int count = row.y;  // 2 .. CHUNK_ITEMS == WARP_SIZE
+        int bt = lane < count ? bt_list[start + lane] : 0x7FFFFFFF;
+        int place = 0;  // how many of the range's positions are smaller than mine
+        for (int k = 0; k < count; k++) { place += __shfl_sync(0xffffffffu, bt, k) < bt; }
+        if (lane < count) { bt_list[start + place] = bt; }
+    }
 }

@@ -17,7 +17,7 @@
 //     encoder_backward_wte_chunked_kernel: a warp walks its chunk's rows one at a time, in registers;
 //     encoder_backward_wte_chunked_staged_kernel: a warp copies STAGED_ROWS rows at a time into shared memory
 //       (cp.async) and adds them from there; fewer blocks fit an SM, so the package launches it only where its
-//       grid fits on the GPU in one wave (gpt2enc_edu.cuda.chunk_walk: B=1 at GPT-2 shapes).
+//       grid fits on the GPU in one wave (gpt2enc_edu.cuda.chunk_walk: on an H200 at GPT-2 shapes, B <= 2).
 //     One warp per (unit, channel group). A single-chunk token (most of them) is finished here: read-modify-write
 //     of dwte. A multi-chunk token's warps store their partials.
 //     grid = (CEIL_DIV(max_units, CHUNKED_WARPS_PER_BLOCK), num_groups), block = WARP_SIZE * CHUNKED_WARPS_PER_BLOCK

@@ -159,8 +159,8 @@ print(f"{small_table.num_units} units ({int((small_table.sizes[small_table.c_gro
 # lane `l` first loads the position of item `l` of the chunk and the warp then passes positions around with
 # `__shfl_sync` (no block barrier); the chunk kernel in two forms, one `chunk_warp` template apart: rows read
 # one at a time into registers, or 8 at a time into the warp's own slice of shared memory with `cp.async`
-# (more rows in flight without the registers to hold them; the package takes it where the grid is one wave,
-# one sequence at GPT-2 shapes), both adding the same rows in the same order; the combine kernel reading a
+# (more rows in flight without the registers to hold them; the package takes it where the grid is one wave:
+# on an H200 at GPT-2 shapes, up to two sequences), both adding the same rows in the same order; the combine kernel reading a
 # token's partials in chunk order.
 
 # %%
@@ -235,9 +235,11 @@ del p, results, cpu, ref, bound, chunked, bucketed, ulps
 #   a big token's by setting one bit per position in a bitmap of all B·T positions and reading the set bits
 #   out in order.
 #
-# Six short kernels after a memset: count, classify, class bases (and big tokens), rows of small tokens,
-# scatter positions, sort each range. The package replays them as one CUDA graph (the ids are first copied
-# into the graph's own buffer), so the host pays for two calls instead of seven launches.
+# Six short kernels: count, classify, class bases (and big tokens), rows of small tokens, scatter positions,
+# sort each range. No memset before them: the scatter kernel counts every token back down, so the counts are zero
+# again for the next table. The package replays the six as one CUDA graph, so the host pays for one call instead
+# of six launches (a graph keeps the address of the ids it was captured with: an ids buffer seen before gets a
+# graph of its own that reads it in place; any other is first copied into the buffer of a shared graph).
 #
 # **Above 65,536 ids: the cooperative kernel** (`kernels/bucketing.cu`): the same table from two stable radix
 # sorts (tokens by count class, positions by their token's rank) in one cooperative launch, whose phases are

@@ -169,9 +169,10 @@ def _check_against_twin(gpu_buckets, inp, g_inp, C, dtype, V):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("B, V", [(1, 50257), (8, 300)])
-def test_gpu_scatter_route_replays_its_graph_with_new_ids(B, V):
-    """Call 1 launches the kernels one by one, call 2 captures the graph, calls 3+ replay it: every call's
-    table is its own ids' table (the graph reads the ids the call copied in), on two streams."""
+def test_gpu_scatter_route_replays_its_copy_graph_with_new_buffers(B, V):
+    """Call 1 launches the kernels one by one, call 2 captures the copy graph, calls 3+ replay it: every call's ids
+    are in a buffer of their own (all kept alive, so no address comes back), and every table is its own ids' table
+    (the graph reads the ids the call copied in), on two streams."""
     import cupy
 
     from gpt2enc_edu import gpu_buckets
@@ -181,13 +182,90 @@ def test_gpu_scatter_route_replays_its_graph_with_new_ids(B, V):
     try:
         for stream in (cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream.null):
             with stream:
+                kept = []
                 for call in range(4):
                     inp = _ids("zipf" if call % 2 else "uniform", B, 1024, V, rng)
-                    got = gpu_buckets.build_bucket_table_gpu(cupy.asarray(inp), 768, bfloat16, V,
-                                                             route="scatter").to_host()
+                    kept.append(cupy.asarray(inp))
+                    got = gpu_buckets.build_bucket_table_gpu(kept[-1], 768, bfloat16, V, route="scatter").to_host()
                     assert _same_table(got, buckets.build_bucket_table(inp, 768, bfloat16)), f"call {call}"
                 ws = next(w for k, w in gpu_buckets._workspaces.items() if k[1] == stream.ptr)
-                assert ws.graph is not None  # the later calls did replay a graph
+                assert ws.graph is not None and not ws.graphs_in_place  # the copy graph, no buffer seen twice
+                assert not ws.counts.get().any()  # counted back down to zero: the next table needs no memset
+    finally:
+        gpu_buckets.release_workspaces()
+
+
+@pytest.mark.gpu
+def test_gpu_scatter_route_reads_a_known_buffer_in_place():
+    """A buffer met before gets a graph that reads it in place: new ids written into the same buffer (as a training
+    loop's memory pool hands the same block back) give their own table. More recurring buffers than
+    ``SCATTER_GRAPHS`` take the copy graph, and are right too."""
+    import cupy
+
+    from gpt2enc_edu import gpu_buckets
+
+    rng = np.random.default_rng(11)
+    B, T, V = 4, 512, 3000
+    gpu_buckets.release_workspaces()
+    try:
+        buffers = [cupy.empty((B, T), np.int32) for _ in range(gpu_buckets.SCATTER_GRAPHS + 2)]
+        for sweep in range(3):
+            for i, buffer in enumerate(buffers):
+                inp = _ids(("uniform", "zipf", "repeated")[(sweep + i) % 3], B, T, V, rng)
+                buffer.set(inp)  # new ids, same address
+                got = gpu_buckets.build_bucket_table_gpu(buffer, 768, bfloat16, V, route="scatter").to_host()
+                assert _same_table(got, buckets.build_bucket_table(inp, 768, bfloat16)), f"sweep {sweep}, {i}"
+        ws = next(iter(gpu_buckets._workspaces.values()))
+        assert len(ws.graphs_in_place) == gpu_buckets.SCATTER_GRAPHS
+        assert set(ws.graphs_in_place) <= {b.data.ptr for b in buffers} and ws.graph is not None
+    finally:
+        gpu_buckets.release_workspaces()
+
+
+@pytest.mark.gpu
+def test_gpu_scatter_route_clears_counts_only_after_a_stopped_run():
+    """A complete table leaves ``counts`` at zero (no memset before the next one); a run stopped after kernel 2
+    leaves them dirty, and the next table clears them first and is right."""
+    import cupy
+
+    from gpt2enc_edu import gpu_buckets
+
+    rng = np.random.default_rng(12)
+    inp = _ids("zipf", 8, 1024, 50257, rng)
+    g_inp = cupy.asarray(inp)
+    want = buckets.build_bucket_table(inp, 768, bfloat16)
+    gpu_buckets.release_workspaces()
+    try:
+        for stopped in (False, True, False, True):
+            if stopped:
+                ws = gpu_buckets._launch(g_inp, 768, bfloat16, 50257, stop_after=2, route="scatter")
+                assert ws.counts_dirty and ws.counts.get().any()
+            got = gpu_buckets.build_bucket_table_gpu(g_inp, 768, bfloat16, 50257, route="scatter").to_host()
+            assert _same_table(got, want)
+            ws = next(iter(gpu_buckets._workspaces.values()))
+            assert not ws.counts_dirty and not ws.counts.get().any()
+    finally:
+        gpu_buckets.release_workspaces()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("blocks", [(1, 1), (2, 3)])
+def test_gpu_scatter_sort_kernel_takes_any_pool(monkeypatch, blocks):
+    """Kernel 6's grid is a parameter of the launch, not of the result: one block for the big tokens and one for
+    all the small ones (each warp walking hundreds of tokens) give the same table."""
+    import cupy
+
+    from gpt2enc_edu import gpu_buckets
+
+    monkeypatch.setattr(gpu_buckets, "scatter_sort_blocks", lambda BT, V: blocks)
+    rng = np.random.default_rng(13)
+    gpu_buckets.release_workspaces()
+    try:
+        for kind in ("uniform", "zipf", "real"):
+            inp = _ids(kind, 16, 1024, 50257, rng)
+            got = gpu_buckets.build_bucket_table_gpu(cupy.asarray(inp), 768, bfloat16, 50257,
+                                                     route="scatter").to_host()
+            assert _same_table(got, buckets.build_bucket_table(inp, 768, bfloat16)), kind
     finally:
         gpu_buckets.release_workspaces()
 
