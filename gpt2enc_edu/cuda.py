@@ -179,7 +179,8 @@ def encoder_backward_deterministic_gpu_bucketing(dwte, dwpe, dout, inp, B: int, 
     kernel at the end, so that whatever it runs next sees dwpe. (Measured on an H200 against the schedule before,
     the table beside the wpe kernel and then the wte kernel: the chunked method 0.5-1.3 us faster at B=1 and B=8
     and 4-6 us faster at B=64; the bucketed one 1.4-1.8 us faster at B=1, within 1% at B=8 and within 2% either
-    way at B=64; docs/performance.md, part 4.)
+    way at B=64; docs/performance.md, part 4.) The wpe kernel's blocks are 1024 threads wide (``WPE_BLOCK_SIZE``),
+    so that it leaves SMs free for the table's one-block kernel (part 9).
     """
     cupy = cupy_module()
     main = cupy.cuda.get_current_stream()
