@@ -15,10 +15,10 @@ WARP_SIZE = 32
 #: Threads per block of the elementwise kernels (forward, atomic backward).
 BLOCK_SIZE = 256
 #: Threads per block of the wpe backward kernel. It runs beside the GPU bucket table on a side stream: one wave of
-#: long-lived blocks that stream dout. At 256 threads (384 blocks at GPT-2 shapes, a block on every SM of an H200)
+#: long-lived blocks that stream dout. At 256 threads (384 blocks at GPT-2 shapes, more than an H200 has SMs)
 #: the table's kernel 3, one block of 1024 threads, was not placed on any SM until the wpe kernel's blocks ended
-#: (about 20 us at B=64, where the scatter route starts at once); at 1024 threads (96 blocks, 36 SMs left without
-#: one) it starts when its turn comes. Any size gives the same bits: each thread owns its elements.
+#: (about 20 us at B=64, where the scatter route starts at once); at 1024 threads (96 blocks: 36 of the 132 SMs hold
+#: none) it starts when its turn comes. Any size gives the same bits: each thread owns its elements.
 #: docs/performance.md, part 9.
 WPE_BLOCK_SIZE = 1024
 #: Threads per block of the bucketed wte kernel (``WTE_BLOCK_SIZE``): 8 warps share one bucket.
