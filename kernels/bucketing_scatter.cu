@@ -311,7 +311,7 @@ extern "C" __global__ void __launch_bounds__(SCATTER_THREADS)
     // (each walks once). On an H200 at B=64 a pool of one wave (two blocks per SM) made the table alone faster
     // (22.0 -> 18.8 us on uniform ids, as graph replays) but the whole backward slower (120 -> 126 us): there the
     // wpe kernel runs beside the table, and a pool of long-lived blocks waits for SM slots that many short blocks
-    // find (docs/performance.md, part 8).
+    // find (docs/performance.md, part 8; measured before the wpe kernel took 1024-thread blocks, part 9).
     int end = class_bases[BASE_RANK * CHUNK_ITEMS + 0];
     int pool = ((int)gridDim.x - big_blocks) * SCATTER_WARPS;
     for (int rank = num_big + ((int)blockIdx.x - big_blocks) * SCATTER_WARPS + warp; rank < end; rank += pool) {
