@@ -178,7 +178,7 @@ class _Workspace:
             self.inp_copy = cupy.empty(BT, i32)  # the ids the copy graph reads (see _launch_scatter_graph)
             self.graph, self.warm = None, False
             self.graphs_in_place: dict = {}  # ids buffer address -> a graph that reads it in place
-            self.buffers_seen: dict = {}  # addresses of ids buffers met once (insertion order; bounded)
+            self.buffers_seen: set = set()  # addresses of ids buffers met before (bounded)
             return
         n = max(V, BT)
         self.counts = cupy.empty(V, i32)
@@ -318,7 +318,7 @@ def _launch_scatter_graph(cupy, inp, BT: int, V: int, groups: int, dtype, ws) ->
     if not ws.warm:
         ws.warm = True
         _launch_scatter(cupy, inp, BT, V, groups, dtype, ws, 0)
-        ws.buffers_seen[inp.data.ptr] = True
+        ws.buffers_seen.add(inp.data.ptr)
         return
     if ws.counts_dirty:  # the graphs hold no memset: clear before the replay
         _launch_scatter(cupy, inp, BT, V, groups, dtype, ws, -1)
@@ -330,7 +330,7 @@ def _launch_scatter_graph(cupy, inp, BT: int, V: int, groups: int, dtype, ws) ->
         graph.launch(stream)
         return
     if len(ws.buffers_seen) < 4 * SCATTER_GRAPHS:
-        ws.buffers_seen[address] = True
+        ws.buffers_seen.add(address)
     if ws.graph is None:
         ws.graph = _capture_scatter(cupy, ws.inp_copy, BT, V, groups, dtype, ws)
     device_to_device = 3  # cudaMemcpyDeviceToDevice

@@ -333,7 +333,7 @@ def _chunk_walks() -> list[str]:
     """The chunk kernel's forms that ``gpt2enc_edu.cuda`` can launch by name (building the list needs no GPU)."""
     from gpt2enc_edu import cuda
 
-    return sorted(getattr(cuda, "CHUNK_WALKS", {}))
+    return sorted(cuda.CHUNK_WALKS)
 
 
 def _routes_for(shape) -> list[str]:
