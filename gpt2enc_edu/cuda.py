@@ -19,6 +19,7 @@ from .layout import (
     WARP_SIZE,
     WPE_BLOCK_SIZE,
     WTE_BLOCK_SIZE,
+    bucketed_warps_grid,
     c_per_group,
     ceil_div,
     num_c_groups,
@@ -57,12 +58,27 @@ def encoder_backward_wpe(dwpe, dout, B: int, T: int, C: int, seed: int) -> None:
            (dwpe, dout, np.int32(B), np.int32(T), np.int32(C), np.uint32(seed)))
 
 
-def encoder_backward_wte_bucketed(dwte, table, dout, C: int, seed: int) -> None:
-    """One block per bucket; ``table`` is a ``BucketTable`` (copied over, llm.c's route) or a device one."""
+#: The bucketed wte kernel's two forms (kernels/encoder_backward_wte_bucketed.cu): the same arguments and bits.
+#: "block" is llm.c's form, one block per bucket (the course builds it); "warps" gives a block to each bucket of
+#: more than 8 items and a warp to every other one, in a grid of about an eighth of the blocks.
+BUCKETED_FORMS = {"warps": "encoder_backward_wte_bucketed_warps_kernel",
+                  "block": "encoder_backward_wte_bucketed_kernel"}
+
+
+def encoder_backward_wte_bucketed(dwte, table, dout, C: int, seed: int, *, form: str = "warps") -> None:
+    """llm.c's bucketed wte scheme; ``table`` is a ``BucketTable`` (copied over, llm.c's route) or a device one.
+
+    ``form`` picks the kernel (``BUCKETED_FORMS``): "warps", the package's, or "block", llm.c's one block per
+    bucket. Both give the same bits for any table; on an H200 at B=64 on uniform ids the warps form took about 70
+    against 174 us (docs/performance.md, part 10)."""
+    check_choice("form", form, tuple(BUCKETED_FORMS))
     table = to_device(table)
     table.require_bucket_rows("the bucketed wte kernel")
-    kernel = get_kernel("encoder_backward_wte_bucketed.cu", "encoder_backward_wte_bucketed_kernel", dout.dtype)
-    launch(kernel, table.max_buckets, WTE_BLOCK_SIZE,
+    kernel = get_kernel("encoder_backward_wte_bucketed.cu", BUCKETED_FORMS[form], dout.dtype)
+    grid = table.max_buckets
+    if form == "warps":
+        grid = bucketed_warps_grid(table.max_buckets)
+    launch(kernel, grid, WTE_BLOCK_SIZE,
            (dwte, table.info, table.bt_list, dout, table.num_buckets_device, np.int32(C), np.uint32(seed)),
            after_kernel=True)
 

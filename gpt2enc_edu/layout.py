@@ -21,7 +21,7 @@ BLOCK_SIZE = 256
 #: none) it starts when its turn comes. Any size gives the same bits: each thread owns its elements.
 #: docs/performance.md, part 9.
 WPE_BLOCK_SIZE = 1024
-#: Threads per block of the bucketed wte kernel (``WTE_BLOCK_SIZE``): 8 warps share one bucket.
+#: Threads per block of the bucketed wte kernels (``WTE_BLOCK_SIZE``): 8 warps share one bucket.
 WTE_BLOCK_SIZE = 256
 WTE_WARPS = WTE_BLOCK_SIZE // WARP_SIZE
 
@@ -61,6 +61,15 @@ def c_per_group(dtype) -> int:
 def num_c_groups(C: int, dtype) -> int:
     """Channel groups needed to cover C channels (the last one may be partly empty)."""
     return ceil_div(C, c_per_group(dtype))
+
+
+def bucketed_warps_grid(max_buckets: int) -> int:
+    """Blocks of ``encoder_backward_wte_bucketed_warps_kernel`` for a table of at most ``max_buckets`` buckets.
+
+    Warp w of block b sums bucket 8b + w when it is small, and block b sums the big ones among b, b + grid, ...,
+    b + 7 * grid: either way every bucket below 8 * grid is reached, so the grid is ``CEIL_DIV(max_buckets, 8)``.
+    """
+    return ceil_div(max_buckets, WTE_WARPS)
 
 
 #: Items per chunk of the chunked wte kernel (``CHUNK_ITEMS`` in encoder_backward_wte_chunked.cu): one warp

@@ -8,7 +8,10 @@ loops here, so the order of every sum is the kernel's order.
 
 * ``encoder_forward`` <-> ``encoder_forward_kernel``
 * ``encoder_backward_wpe`` <-> ``encoder_backward_wpe_kernel``
-* ``encoder_backward_wte_bucketed`` <-> ``encoder_backward_wte_bucketed_kernel``
+* ``encoder_backward_wte_bucketed`` <-> ``encoder_backward_wte_bucketed_kernel`` (llm.c's form) and
+  ``encoder_backward_wte_bucketed_warps_kernel`` (the package's launch). In the warps form one warp sums a
+  small bucket, and does so with the block's fp32 operations in the block's order (the kernel file says why
+  the two agree); only which threads perform them differs, so one mirror serves both.
 * ``encoder_backward_wte_chunked_kernel`` and ``encoder_backward_wte_chunk_combine_kernel`` <-> the two
   kernels of the same names, with the same flat fp32 ``partials`` layout; ``encoder_backward_wte_chunked``
   runs the pair as the launcher does. The chunk kernel's staged form (``..._chunked_staged_kernel``) has the
@@ -100,6 +103,10 @@ def encoder_backward_wpe(dwpe, dout, B: int, T: int, C: int, seed: int) -> None:
 
 def encoder_backward_wte_bucketed(dwte, table: BucketTable, dout, C: int, seed: int) -> None:
     """Mirror of ``encoder_backward_wte_bucketed_kernel``: one block per bucket, 8 warps, warp 0 combines.
+
+    It is also the mirror of ``encoder_backward_wte_bucketed_warps_kernel``: where that kernel gives a bucket one
+    warp, the warp computes warp w's sum for w = 0, 1, ... and adds each to its total, as warp 0 adds the warps'
+    sums here.
 
     Threads are vectorised as rows (bucket, lane) for each warp; buckets are taken a step at a time to
     bound memory. Threads whose channels lie past C (the last group when C is not a multiple of

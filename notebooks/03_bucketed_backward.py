@@ -340,6 +340,29 @@ print("per-thread Python == NumPy mirror, bit for bit:", compare.bitwise_equal(d
 display(Markdown(f"```cuda\n{kernel_source('encoder_backward_wte_bucketed.cu')}\n```"))
 
 # %% [markdown]
+# The file holds a second kernel, `encoder_backward_wte_bucketed_warps_kernel`, and that is the one the package
+# launches for `method="bucketed"`. It sums the same buckets in the same fp32 order, so it writes the same bits;
+# what changes is who sums a bucket. In the form above a one-item bucket still takes a whole block, whose idle
+# warps leave at once but whose slot on the SM stays taken until the block ends. At B = 64 on uniform ids a table
+# holds about 110,000 such tiny buckets. So the warps form gives a bucket of at most 8 items to **one warp**,
+# which adds the items in order: that is exactly the block's sum, since warp w of a block would hold item w
+# alone. A bigger bucket still gets a whole block, summed as above. On the H200 this took the kernel from about
+# 174 to 80 µs at B = 64 on uniform ids (`docs/performance.md`, part 10). The cell below checks the claim of
+# equal bits on a GPU.
+
+# %%
+if xp is np:
+    print("no GPU here: the NumPy mirror stands for both kernels (same sums, same order); a GPU runs and compares them")
+else:
+    check = random_problem(4, 256, 776, 300, ids="zipf", rng=np.random.default_rng(3)).on(xp)
+    forms = {}
+    for form in gpt2enc_edu.cuda.BUCKETED_FORMS:
+        forms[form] = check.dwte.copy()
+        gpt2enc_edu.cuda.encoder_backward_wte_bucketed(forms[form], enc.make_buckets(check.inp, 776, check.dtype),
+                                                       check.dout, 776, 99, form=form)
+    print("block form and warps form write the same bits:", compare.bitwise_equal(forms["block"], forms["warps"]))
+
+# %% [markdown]
 # ## 6. Run it: same bits, every time
 #
 # A GPT-2-sized batch (B = 8, T = 1024, C = 768, Zipf ids, V cut to 8192 rows so the CPU mirror stays
@@ -440,6 +463,9 @@ print("shuffled bucket order, same dwte bits:", compare.bitwise_equal(on.dwte, r
 #    the ids on the host, so its bucketing costs no device-to-host copy. A CuPy caller here has the ids on the
 #    GPU only, which is why the GPU-built table (notebook 06) matters.
 # 6. **Streaming loads**: both read `dout` with `load128cs` (each pack is read by one bucket only).
+# 7. **Who sums a small bucket.** llm.c gives every bucket a block. The package launches the warps form (section
+#    5): one warp per bucket of at most 8 items, in a grid of an eighth of the blocks. The sums and the bits are
+#    the same; on uniform ids, where almost every bucket is tiny, the kernel takes about half the time.
 #
 # What follows, measured on the same inputs (H200, llm.c commit `f1e2ace6`, B = 64, one run): our `dwpe`
 # and `dwte` differ from llm.c's **only through the rounding keys**, by at most 1 ULP, both stochastic-rounding

@@ -117,7 +117,8 @@ print(f"token {top[0, 0]}: {len(top)} units, chunks {top[0, 1]}..{top[-1, 1]}, p
 
 # %% [markdown]
 # A warp, not a block, per unit also helps at the other end: a token seen once (most tokens) occupies one warp,
-# where the bucketed kernel starts 8 warps per bucket and 7 of them find nothing to do.
+# where llm.c's bucketed kernel starts 8 warps per bucket and 7 of them find nothing to do (the package's warps
+# form of it, notebook 03, gives such buckets a warp too).
 #
 # ## 3. The chunked kernel, per thread and in CUDA
 #

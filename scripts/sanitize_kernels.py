@@ -143,9 +143,10 @@ def _backward_kernels(method: str, dtype, shape, bucketing: str | None) -> froze
                               "encoder_backward_atomic_narrow_kernel"})
         return frozenset({"encoder_backward_atomic_fp32_rows_kernel"})
     # chunked: the combine kernel, and one of the chunk kernel's two forms, which the package picks on the GPU
-    # (cuda.chunk_walk); the chunk-walk cases launch each form by name.
+    # (cuda.chunk_walk); the chunk-walk cases launch each form by name. bucketed: the warps form (the block form
+    # has its own cases).
     wte = ({"encoder_backward_wte_chunk_combine_kernel"} if method == "chunked"
-           else {f"encoder_backward_wte_{method}_kernel"})
+           else {"encoder_backward_wte_bucketed_warps_kernel"})
     bucketing_kernels = _bucketing_kernels(B * T, V) if bucketing in ("gpu", "auto", None) else set()
     return frozenset({"encoder_backward_wpe_kernel", *wte, *bucketing_kernels})
 
@@ -320,6 +321,38 @@ def _chunk_walk_case(name: str, shape, dtype, walk: str) -> Case:
                 frozenset({cuda.CHUNK_WALKS[walk], "encoder_backward_wte_chunk_combine_kernel"}))
 
 
+def _bucketed_form_case(name: str, shape, dtype, form: str) -> Case:
+    """The bucketed wte kernel in one form (``cuda.BUCKETED_FORMS``) on a NumPy-built table, once as built and
+    once with its buckets reversed (big buckets last: the warps form then sums them a warp each), against the
+    mirror."""
+    from gpt2enc_edu import cuda
+
+    def run(check: bool) -> str | None:
+        import dataclasses
+
+        import cupy
+
+        p = _problem(name, shape, dtype)
+        seed = zlib.crc32(name.encode()) ^ 0x5EED
+        table = enc.make_buckets(p.inp, p.C, dtype)
+        reversed_table = dataclasses.replace(table, info=np.ascontiguousarray(table.info[::-1]))
+        for label, t in (("as built", table), ("reversed", reversed_table)):
+            got = cupy.asarray(p.dwte)
+            cuda.encoder_backward_wte_bucketed(got, t, cupy.asarray(p.dout), p.C, seed, form=form)
+            cupy.cuda.Device().synchronize()
+            if not check:
+                continue
+            want = p.dwte.copy()
+            mirror.encoder_backward_wte_bucketed(want, t, p.dout, p.C, seed)
+            if not compare.bitwise_equal(got, want):
+                wrong = compare.count_bit_differences(got, want)
+                return f"dwte, table {label}: {wrong} elements differ from the mirror"
+        return None
+
+    return Case(name, run, f"bucketed wte kernel, the {form} form, table as built and reversed",
+                frozenset({cuda.BUCKETED_FORMS[form]}))
+
+
 def _fresh_gpu_tables() -> None:
     """Drop the GPU tables' cached workspaces, so a case's first table launches its kernels one by one (the
     scatter route's later calls replay a CUDA graph, which fetches no kernel: the coverage check would not see
@@ -334,6 +367,13 @@ def _chunk_walks() -> list[str]:
     from gpt2enc_edu import cuda
 
     return sorted(cuda.CHUNK_WALKS)
+
+
+def _bucketed_forms() -> list[str]:
+    """The bucketed wte kernel's forms that ``gpt2enc_edu.cuda`` can launch by name."""
+    from gpt2enc_edu import cuda
+
+    return sorted(cuda.BUCKETED_FORMS)
 
 
 def _routes_for(shape) -> list[str]:
@@ -383,6 +423,9 @@ def default_cases() -> list[Case]:
             if "chunked" in DETERMINISTIC and shape_name in ("ordinary", "B1-C776", "thousands-per-bucket"):
                 for walk in _chunk_walks():
                     cases.append(_chunk_walk_case(f"chunk-walk-{walk}/{dtype_name}/{shape_name}", shape, dtype, walk))
+            if "bucketed" in DETERMINISTIC and shape_name in ("ordinary", "B1-C776", "thousands-per-bucket"):
+                for form in _bucketed_forms():
+                    cases.append(_bucketed_form_case(f"bucketed-{form}/{dtype_name}/{shape_name}", shape, dtype, form))
             if shape_name in ("B1-T1-C8", "ordinary", "one-item-buckets", "thousands-per-bucket", "big-bucketing"):
                 for route in _routes_for(shape):
                     cases.append(_route_case(f"bucketing-{route}/{dtype_name}/{shape_name}", shape, dtype, route))

@@ -1,12 +1,13 @@
 """The fast paths of performance round 2, on a GPU (skipped without one).
 
 Forward versions 1-3 give the mirror's bits; the bucketed wte kernel (idle warps leave, a named barrier counts
-the busy ones) gives the mirror's bits for buckets of every size; both bucketing kernels (one block for small
-batches, the cooperative one) give the NumPy table; ``phase_times_us`` accounts for the whole kernel; the chunked
-method gives the mirror's bits with and without its L2 prefetch and with either form of its chunk kernel (rows in
-registers or staged in shared memory), and both deterministic methods with and
-without programmatic dependent launch (the one-block and scatter routes of the table); the fp32 atomic backward
-touches only the batch's rows and stays within the fp32 error bound over repeated calls.
+the busy ones) gives the mirror's bits for buckets of every size, in both its forms and in any bucket order;
+both bucketing kernels (one block for small batches, the cooperative one) give the NumPy table;
+``phase_times_us`` accounts for the whole kernel; the chunked method gives the mirror's bits with and without
+its L2 prefetch and with either form of its chunk kernel (rows in registers or staged in shared memory), and both
+deterministic methods with and without programmatic dependent launch (the one-block and scatter routes of the
+table); the fp32 atomic backward touches only the batch's rows and stays within the fp32 error bound over
+repeated calls.
 """
 
 from __future__ import annotations
@@ -65,6 +66,51 @@ def assert_gpu_backward_gives_the_mirrors_bits(p, method: str, rng) -> None:
 def test_bucketed_method_bitwise(rng, dtype, V):
     p = random_problem(4, 64, 776 if dtype == bfloat16 else 132, V, 64, dtype=dtype, rng=rng)
     assert_gpu_backward_gives_the_mirrors_bits(p, "bucketed", rng)
+
+
+def _bucketed_test_ids(kind: str, rng, B: int, T: int) -> np.ndarray:
+    """"mixed": a few tokens of many positions (buckets of more than 8 items) among many tokens seen once;
+    "nine_each": every token seen 9 times, so every bucket is big and the warps form's blocks hold several."""
+    if kind == "nine_each":
+        return rng.permutation(np.repeat(np.arange(B * T // 9), 9)).astype(np.int32).reshape(B, T)
+    ids = rng.permutation(np.arange(1000, 1000 + B * T)).astype(np.int32)
+    frequent = rng.random(B * T) < 0.4
+    ids[frequent] = rng.integers(0, 6, int(frequent.sum()))
+    return ids.reshape(B, T)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("form", sorted(cuda.BUCKETED_FORMS))
+@pytest.mark.parametrize("order", ["built", "shuffled", "reversed"])
+@pytest.mark.parametrize("ids", ["mixed", "nine_each"])
+def test_bucketed_forms_give_the_mirrors_bits_in_any_bucket_order(rng, dtype, form, order, ids):
+    """Both forms of the bucketed wte kernel against the mirror, on the table as built and with its buckets
+    shuffled or reversed (the warps form gives each small bucket a warp and each big one to a block wherever it
+    sits), and on a table of big buckets only (several per block of the warps form)."""
+    import dataclasses
+
+    import cupy
+
+    C = 776 if dtype == bfloat16 else 132  # a last channel group with lanes past C
+    B, T = 3, 99
+    p = random_problem(B, T, C, 2000, T, dtype=dtype, rng=rng)
+    table = enc.make_buckets(_bucketed_test_ids(ids, rng, B, T), C, dtype)
+    rows = {"built": np.arange(table.num_buckets), "shuffled": rng.permutation(table.num_buckets),
+            "reversed": np.arange(table.num_buckets)[::-1]}[order]
+    table = dataclasses.replace(table, info=np.ascontiguousarray(table.info[rows]))
+    big = int((table.info[:, 1] > layout.WTE_WARPS).sum())
+    assert big > (layout.bucketed_warps_grid(table.num_buckets) if ids == "nine_each" else 0)
+    seed = int(rng.integers(2**32))
+    want = p.dwte.copy()
+    mirror.encoder_backward_wte_bucketed(want, table, p.dout, C, seed)
+    got = cupy.asarray(p.dwte)
+    cuda.encoder_backward_wte_bucketed(got, table, cupy.asarray(p.dout), C, seed, form=form)
+    assert compare.bitwise_equal(got, want)
+
+
+def test_bucketed_form_refuses_unknown():
+    with pytest.raises(ValueError, match="form"):
+        cuda.encoder_backward_wte_bucketed(None, None, None, 8, 1, form="grid")
 
 
 def test_default_method_is_chunked(rng):
