@@ -68,6 +68,19 @@ def test_bucketed_method_bitwise(rng, dtype, V):
     assert_gpu_backward_gives_the_mirrors_bits(p, "bucketed", rng)
 
 
+def assert_wte_kernel_gives_the_mirrors_bits(name: str, p, table, rng, **choice) -> None:
+    """``cuda.<name>`` (with ``choice``, e.g. a kernel form) on a CuPy copy of ``p.dwte`` against ``mirror.<name>``
+    on a NumPy copy, the same host ``table`` and seed."""
+    import cupy
+
+    seed = int(rng.integers(2**32))
+    want = p.dwte.copy()
+    getattr(mirror, name)(want, table, p.dout, p.C, seed)
+    got = cupy.asarray(p.dwte)
+    getattr(cuda, name)(got, table, cupy.asarray(p.dout), p.C, seed, **choice)
+    assert compare.bitwise_equal(got, want)
+
+
 def _bucketed_test_ids(kind: str, rng, B: int, T: int) -> np.ndarray:
     """"mixed": a few tokens of many positions (buckets of more than 8 items) among many tokens seen once;
     "nine_each": every token seen 9 times, so every bucket is big and the warps form's blocks hold several."""
@@ -89,8 +102,6 @@ def test_bucketed_forms_give_the_mirrors_bits_in_any_bucket_order(rng, dtype, fo
     sits), and on a table of big buckets only (several per block of the warps form)."""
     import dataclasses
 
-    import cupy
-
     C = 776 if dtype == bfloat16 else 132  # a last channel group with lanes past C
     B, T = 3, 99
     p = random_problem(B, T, C, 2000, T, dtype=dtype, rng=rng)
@@ -100,12 +111,7 @@ def test_bucketed_forms_give_the_mirrors_bits_in_any_bucket_order(rng, dtype, fo
     table = dataclasses.replace(table, info=np.ascontiguousarray(table.info[rows]))
     big = int((table.info[:, 1] > layout.WTE_WARPS).sum())
     assert big > (layout.bucketed_warps_grid(table.num_buckets) if ids == "nine_each" else 0)
-    seed = int(rng.integers(2**32))
-    want = p.dwte.copy()
-    mirror.encoder_backward_wte_bucketed(want, table, p.dout, C, seed)
-    got = cupy.asarray(p.dwte)
-    cuda.encoder_backward_wte_bucketed(got, table, cupy.asarray(p.dout), C, seed, form=form)
-    assert compare.bitwise_equal(got, want)
+    assert_wte_kernel_gives_the_mirrors_bits("encoder_backward_wte_bucketed", p, table, rng, form=form)
 
 
 def test_bucketed_form_refuses_unknown():
@@ -234,17 +240,11 @@ def test_both_chunk_walks_give_the_mirrors_bits(rng, dtype, walk, B, T, V, ids):
     """The chunk kernel's two forms (rows in registers, rows staged in shared memory 8 at a time) add the same rows
     in the same order: each gives the mirror's bits whichever the package would choose, on chunks of every length
     (1 to 32 items, V = 3: hundreds of chunks per token), and C with a partial last channel group (776 bf16)."""
-    import cupy
 
     C = 776 if dtype == bfloat16 else 132
     p = random_problem(B, T, C, V, T, dtype=dtype, ids=ids, rng=rng)
-    seed = int(rng.integers(2**32))
-    table = enc.make_buckets(p.inp, C, dtype)
-    want = p.dwte.copy()
-    mirror.encoder_backward_wte_chunked(want, table, p.dout, C, seed)
-    got = cupy.asarray(p.dwte)
-    cuda.encoder_backward_wte_chunked(got, table, cupy.asarray(p.dout), C, seed, walk=walk)
-    assert compare.bitwise_equal(got, want)
+    assert_wte_kernel_gives_the_mirrors_bits("encoder_backward_wte_chunked", p, enc.make_buckets(p.inp, C, dtype), rng,
+                                             walk=walk)
 
 
 def test_chunk_walk_stages_rows_only_where_the_grid_fits_in_one_wave():
