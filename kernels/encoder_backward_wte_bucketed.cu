@@ -127,8 +127,13 @@ extern "C" __global__ void __launch_bounds__(WTE_BLOCK_SIZE, WTE_MIN_BLOCKS)
 //   a bucket with more items is summed by block (bucket % G), as llm.c's form sums it, with all 8 warps: block b
 //   takes the big buckets among b, b + G, ..., b + 7G. Every bucket below 8G is thus summed once, in whatever
 //   order the table lists them (the big ones first only makes it faster: block b has at most one then).
-#ifndef WTE_WARPS_MIN_BLOCKS
+// Blocks per SM of the warps form: at most 6, so that a thread has 40 registers. With 32 (8 blocks, as llm.c's form
+// has) the big buckets' loop of four loads in flight spilled to local memory, and on an H200 the kernel took 323
+// against 257 us at B=64 on Zipf ids, 83 against 79 on uniform ids (docs/performance.md, part 10).
+#if WTE_MIN_BLOCKS < 6
 #define WTE_WARPS_MIN_BLOCKS WTE_MIN_BLOCKS
+#else
+#define WTE_WARPS_MIN_BLOCKS 6
 #endif
 extern "C" __global__ void __launch_bounds__(WTE_BLOCK_SIZE, WTE_WARPS_MIN_BLOCKS)
     encoder_backward_wte_bucketed_warps_kernel(floatX* dwte, const int4* bucket_info, const int* bt_list,
