@@ -69,8 +69,8 @@ def encoder_backward_wte_bucketed(dwte, table, dout, C: int, seed: int, *, form:
     """llm.c's bucketed wte scheme; ``table`` is a ``BucketTable`` (copied over, llm.c's route) or a device one.
 
     ``form`` picks the kernel (``BUCKETED_FORMS``): "warps", the package's, or "block", llm.c's one block per
-    bucket. Both give the same bits for any table; on an H200 at B=64 on uniform ids the warps form took about 70
-    against 174 us (docs/performance.md, part 10)."""
+    bucket. Both give the same bits for any table, in any bucket order; on an H200 at B=64 the warps form took 79 /
+    255 / 141 us against 174 / 311 / 174 on uniform / Zipf / real ids (docs/performance.md, part 10)."""
     check_choice("form", form, tuple(BUCKETED_FORMS))
     table = to_device(table)
     table.require_bucket_rows("the bucketed wte kernel")

@@ -117,8 +117,8 @@ extern "C" __global__ void __launch_bounds__(WTE_BLOCK_SIZE, WTE_MIN_BLOCKS)
 // The warps form. Why: at B=64 on uniform ids a table has about 110,000 buckets of one or two items. In llm.c's form
 // each is a block whose 7 or 8 idle warps leave at once, yet the block keeps its SM slot until it ends, so an SM
 // works on about 8 buckets at a time; and a table built on the GPU launches max_buckets blocks (150,771 there),
-// the empty ones included. Here each of those buckets is one warp's work: 64 warps at a time per SM, in a grid of
-// an eighth of the blocks.
+// the empty ones included. Here each of those buckets is one warp's work: 48 warps at a time per SM of an H200 (6
+// blocks of 8), in a grid of an eighth of the blocks.
 //
 // Thread -> work, with G = gridDim.x = CEIL_DIV(max_buckets, 8):
 //   warp w of block b sums bucket 8b + w alone if it has at most WTE_WARPS items: the items in order, which is the
@@ -127,6 +127,7 @@ extern "C" __global__ void __launch_bounds__(WTE_BLOCK_SIZE, WTE_MIN_BLOCKS)
 //   a bucket with more items is summed by block (bucket % G), as llm.c's form sums it, with all 8 warps: block b
 //   takes the big buckets among b, b + G, ..., b + 7G. Every bucket below 8G is thus summed once, in whatever
 //   order the table lists them (the big ones first only makes it faster: block b has at most one then).
+//
 // Blocks per SM of the warps form: at most 6, so that a thread has 40 registers. With 32 (8 blocks, as llm.c's form
 // has) the big buckets' loop of four loads in flight spilled to local memory, and on an H200 the kernel took 323
 // against 257 us at B=64 on Zipf ids, 83 against 79 on uniform ids (docs/performance.md, part 10).

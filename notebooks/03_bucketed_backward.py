@@ -433,7 +433,7 @@ print("shuffled bucket order, same dwte bits:", compare.bitwise_equal(on.dwte, r
 #
 # The scheme is llm.c's: `wte_backward_kernel`, `wpe_backward_kernel` and `encoder_backward` in
 # [`llmc/encoder.cuh`](https://github.com/karpathy/llm.c/blob/master/llmc/encoder.cuh). The package differs
-# in six places; each has a consequence.
+# in seven places; each has a consequence.
 #
 # 1. **What keys the rounding noise.** llm.c draws each element's threshold from
 #    `Get2dNoiseUint(threadIdx.x, blockIdx.x * blockDim.x + blockIdx.y, seed + bucket * WARP_SIZE +
