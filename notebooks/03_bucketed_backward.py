@@ -347,7 +347,7 @@ display(Markdown(f"```cuda\n{kernel_source('encoder_backward_wte_bucketed.cu')}\
 # holds about 110,000 such tiny buckets. So the warps form gives a bucket of at most 8 items to **one warp**,
 # which adds the items in order: that is exactly the block's sum, since warp w of a block would hold item w
 # alone. A bigger bucket still gets a whole block, summed as above. On the H200 this took the kernel from about
-# 174 to 80 µs at B = 64 on uniform ids (`docs/performance.md`, part 10). The cell below checks the claim of
+# 174 to 79 µs at B = 64 on uniform ids (`docs/performance.md`, part 10). The cell below checks the claim of
 # equal bits on a GPU.
 
 # %%

@@ -323,8 +323,8 @@ def _chunk_walk_case(name: str, shape, dtype, walk: str) -> Case:
 
 def _bucketed_form_case(name: str, shape, dtype, form: str) -> Case:
     """The bucketed wte kernel in one form (``cuda.BUCKETED_FORMS``) on a NumPy-built table, once as built and
-    once with its buckets reversed (big buckets last: the warps form then sums them a warp each), against the
-    mirror."""
+    once with its buckets reversed (big buckets last: the warps form's blocks then find them among their
+    candidates b + kG, several in a block), against the mirror."""
     from gpt2enc_edu import cuda
 
     def run(check: bool) -> str | None:

@@ -82,8 +82,9 @@ def assert_wte_kernel_gives_the_mirrors_bits(name: str, p, table, rng, **choice)
 
 
 def _bucketed_test_ids(kind: str, rng, B: int, T: int) -> np.ndarray:
-    """"mixed": a few tokens of many positions (buckets of more than 8 items) among many tokens seen once;
-    "nine_each": every token seen 9 times, so every bucket is big and the warps form's blocks hold several."""
+    """Ids of two kinds. "mixed": a few tokens of many positions (buckets of more than 8 items) among many tokens
+    seen once. "nine_each": every token seen 9 times, so every bucket is big and the warps form's blocks hold
+    several."""
     if kind == "nine_each":
         return rng.permutation(np.repeat(np.arange(B * T // 9), 9)).astype(np.int32).reshape(B, T)
     ids = rng.permutation(np.arange(1000, 1000 + B * T)).astype(np.int32)
@@ -240,7 +241,6 @@ def test_both_chunk_walks_give_the_mirrors_bits(rng, dtype, walk, B, T, V, ids):
     """The chunk kernel's two forms (rows in registers, rows staged in shared memory 8 at a time) add the same rows
     in the same order: each gives the mirror's bits whichever the package would choose, on chunks of every length
     (1 to 32 items, V = 3: hundreds of chunks per token), and C with a partial last channel group (776 bf16)."""
-
     C = 776 if dtype == bfloat16 else 132
     p = random_problem(B, T, C, V, T, dtype=dtype, ids=ids, rng=rng)
     assert_wte_kernel_gives_the_mirrors_bits("encoder_backward_wte_chunked", p, enc.make_buckets(p.inp, C, dtype), rng,
