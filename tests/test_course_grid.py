@@ -119,6 +119,31 @@ def test_a_lane_missing_from_a_shuffle_is_a_hazard():
         grid.launch(partial, 1, 32, (np.zeros(32),))
 
 
+def test_a_ballot_gives_every_lane_of_its_warp_the_same_mask():
+    out = np.zeros(64, dtype=np.int64)
+    rng = np.random.default_rng(4)
+    votes = rng.random(64) < 0.5
+
+    def vote(cuda, out):
+        out[cuda.threadIdx.x] = yield cuda.ballot_sync(votes[cuda.threadIdx.x])
+
+    grid.launch(vote, 1, 64, (out,))
+    for w in range(2):
+        want = sum(1 << lane for lane in range(32) if votes[w * 32 + lane])
+        assert out[w * 32 : (w + 1) * 32].tolist() == [want] * 32
+
+
+def test_a_warp_split_between_a_ballot_and_a_shuffle_is_a_hazard():
+    def split(cuda, out):
+        if cuda.threadIdx.x % 32 == 7:
+            out[cuda.threadIdx.x] = yield cuda.shfl_sync(1, 0)
+        else:
+            out[cuda.threadIdx.x] = yield cuda.ballot_sync(True)
+
+    with pytest.raises(grid.BarrierHazard, match="another warp operation"):
+        grid.launch(split, 1, 32, (np.zeros(32),))
+
+
 def test_atomic_adds_land_in_an_order_that_changes_between_launches():
     values = np.float32([1.0, 2.0**-24, -1.0, 2.0**-24, 3.0, -3.0] * 20)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -45,6 +47,26 @@ def test_wte_bucketed_with_its_shared_memory_combine(rng, dtype, C):
     seed = int(rng.integers(2**32))
     got, want = p.dwte.copy(), p.dwte.copy()
     perthread.launch_backward_wte_bucketed(perthread.encoder_backward_wte_bucketed, got, table, p.dout, seed, rng=rng)
+    mirror.encoder_backward_wte_bucketed(want, table, p.dout, p.C, seed)
+    assert compare.bitwise_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype, C", [(bfloat16, 264), (np.float32, 12)])
+@pytest.mark.parametrize("order", ["built", "reversed", "shuffled"])
+@pytest.mark.parametrize("V", [3, 40])  # big buckets only, several per block; a few big among many small
+def test_wte_bucketed_warps_form_in_any_bucket_order(rng, dtype, C, order, V):
+    """The warps form, per thread, gives the mirror's bits: small buckets a warp each, big ones a block each
+    wherever the table lists them (found through the ballot over each block's candidates)."""
+    p = _problem(rng, dtype, C=C, B=3, T=30, V=V)
+    table = build_bucket_table(p.inp, p.C, dtype)
+    rows = {"built": np.arange(table.num_buckets), "reversed": np.arange(table.num_buckets)[::-1],
+            "shuffled": rng.permutation(table.num_buckets)}[order]
+    table = dataclasses.replace(table, info=np.ascontiguousarray(table.info[rows]))
+    assert (table.info[:, 1] > 8).any() and (V == 3 or (table.info[:, 1] <= 8).any())
+    seed = int(rng.integers(2**32))
+    got, want = p.dwte.copy(), p.dwte.copy()
+    perthread.launch_backward_wte_bucketed_warps(perthread.encoder_backward_wte_bucketed_warps, got, table, p.dout,
+                                                 seed, rng=rng)
     mirror.encoder_backward_wte_bucketed(want, table, p.dout, p.C, seed)
     assert compare.bitwise_equal(got, want)
 

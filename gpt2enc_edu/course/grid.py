@@ -11,7 +11,7 @@ with the CUDA semantics the encoder kernels depend on:
   while others of its block wait at a barrier is a ``BarrierHazard`` (on a GPU that is undefined
   behaviour: a hang or garbage), and so is calling ``cuda.syncthreads()`` without ``yield``;
 * ``value = yield cuda.shfl_sync(value, src_lane)``: a full-warp shuffle, every live lane of the warp
-  must take part;
+  must take part; ``mask = yield cuda.ballot_sync(predicate)`` likewise (bit l of the mask: lane l's predicate);
 * ``cuda.atomic_add(array, index, value)``: an fp32 atomic add, applied after the launch in a random order
   that changes from launch to launch (the returned old value of CUDA's ``atomicAdd`` is not offered).
   Arrays that only atomics may change are passed as read-only views (``read_only``), so a plain ``+=``
@@ -75,6 +75,13 @@ class _Shuffle:
         self.value, self.lane = value, lane
 
 
+class _Ballot:
+    """What ``cuda.ballot_sync(predicate)`` returns: the thread yields it and receives the warp's mask."""
+
+    def __init__(self, predicate):
+        self.predicate = bool(predicate)
+
+
 class Thread:
     """The ``cuda`` argument of a per-thread kernel: who this thread is, and the block's facilities."""
 
@@ -101,6 +108,11 @@ class Thread:
         """``__shfl_sync(0xffffffff, value, src_lane)``; use it as ``value = yield cuda.shfl_sync(...)``."""
         self.requested += 1
         return _Shuffle(value, int(src_lane) % WARP_SIZE)
+
+    def ballot_sync(self, predicate) -> _Ballot:
+        """``__ballot_sync(0xffffffff, predicate)``; use it as ``mask = yield cuda.ballot_sync(...)``."""
+        self.requested += 1
+        return _Ballot(predicate)
 
     def shared_array(self, name: str, shape, dtype) -> np.ndarray:
         """The block's ``__shared__`` array ``name`` (the same array for every thread of the block)."""
@@ -178,9 +190,10 @@ def _advance(thread: Thread, runner, send):
             note(f"(raised in {thread})")
         raise
     reached = thread.yielded + (waiting is not _DONE)
-    if thread.requested != reached or not (waiting is _DONE or isinstance(waiting, (_Sync, _Shuffle))):
-        raise KernelFault(f"{thread}: write `yield cuda.syncthreads()` / `value = yield cuda.shfl_sync(...)`; "
-                          "a call without `yield` (or a yield of anything else) is not a barrier")
+    if thread.requested != reached or not (waiting is _DONE or isinstance(waiting, (_Sync, _Shuffle, _Ballot))):
+        raise KernelFault(f"{thread}: write `yield cuda.syncthreads()` / `value = yield cuda.shfl_sync(...)` / "
+                          "`mask = yield cuda.ballot_sync(...)`; a call without `yield` (or a yield of anything "
+                          "else) is not a barrier")
     thread.yielded = reached
     return waiting
 
@@ -205,26 +218,36 @@ def _run_block(kernel, block_idx, block: int, grid, args, rng, atomics: list) ->
         else:
             waiting[t] = _DONE
             if thread.requested:
-                raise KernelFault(f"{thread}: called syncthreads/shfl_sync without `yield`")
+                raise KernelFault(f"{thread}: called syncthreads/shfl_sync/ballot_sync without `yield`")
     runnable = [t for t in range(block) if runners[t] is not None]
     while runnable:
         for t in rng.permutation(runnable).tolist():
             waiting[t] = _advance(threads[t], runners[t], send[t])
             send[t] = None
-        # Shuffles first: a warp whose live lanes all wait at a shuffle exchanges values and goes on.
-        shuffling = sorted({t // WARP_SIZE for t in range(block) if isinstance(waiting[t], _Shuffle)})
+        # Warp operations first: a warp whose live lanes all wait at a shuffle (or all at a ballot) exchanges
+        # values and goes on.
+        warp_ops = sorted({t // WARP_SIZE for t in range(block) if isinstance(waiting[t], (_Shuffle, _Ballot))})
         runnable = []
-        for warp in shuffling:
+        for warp in warp_ops:
             lanes = range(warp * WARP_SIZE, min(block, (warp + 1) * WARP_SIZE))
-            odd = [t for t in lanes if not isinstance(waiting[t], _Shuffle)]
+            kind = type(next(waiting[t] for t in lanes if isinstance(waiting[t], (_Shuffle, _Ballot))))
+            name = "__shfl_sync" if kind is _Shuffle else "__ballot_sync"
+            odd = [t for t in lanes if not isinstance(waiting[t], kind)]
             if odd:
-                raise BarrierHazard(f"block {block_idx}: lanes of warp {warp} wait at __shfl_sync while threads "
-                                    f"{odd} {'returned' if waiting[odd[0]] is _DONE else 'wait at __syncthreads'}")
-            for t in lanes:
-                source = warp * WARP_SIZE + waiting[t].lane
-                if source >= block:
-                    raise KernelFault(f"{threads[t]}: shuffle from lane {waiting[t].lane}, which does not exist")
-                send[t] = waiting[source].value
+                elsewhere = ("returned" if waiting[odd[0]] is _DONE else "wait at __syncthreads"
+                             if isinstance(waiting[odd[0]], _Sync) else "wait at another warp operation")
+                raise BarrierHazard(f"block {block_idx}: lanes of warp {warp} wait at {name} while threads "
+                                    f"{odd} {elsewhere}")
+            if kind is _Ballot:
+                mask = sum(1 << (t - warp * WARP_SIZE) for t in lanes if waiting[t].predicate)
+                for t in lanes:
+                    send[t] = mask
+            else:
+                for t in lanes:
+                    source = warp * WARP_SIZE + waiting[t].lane
+                    if source >= block:
+                        raise KernelFault(f"{threads[t]}: shuffle from lane {waiting[t].lane}, which does not exist")
+                    send[t] = waiting[source].value
             runnable += list(lanes)
         if runnable:
             continue

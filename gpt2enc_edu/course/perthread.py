@@ -24,6 +24,7 @@ from ..layout import (
     WARP_SIZE,
     WTE_BLOCK_SIZE,
     WTE_WARPS,
+    bucketed_warps_grid,
     ceil_div,
     pack_size,
 )
@@ -136,6 +137,70 @@ def encoder_backward_wte_bucketed(cuda, dwte, bucket_info, bt_list, dout, num_bu
     store128(dwte, bucket_ix * C + c, packed_dwte, cuda)
 
 
+def encoder_backward_wte_bucketed_warps(cuda, dwte, bucket_info, bt_list, dout, num_buckets, C, seed):
+    """``encoder_backward_wte_bucketed_warps_kernel``: warp w of block b sums bucket 8b + w alone when it has at
+    most 8 items; block b sums the bigger ones among b, b + G, ..., b + 7G (G = the grid) as llm.c's form does.
+
+    The kernel has four of a big bucket's items in flight per warp; here they are loaded one by one, which adds them
+    in the same order.
+    """
+    size = pack_size(dout.dtype)
+    accum_shared = cuda.shared_array("accum_shared", size * WTE_BLOCK_SIZE, np.float32)
+    table_size = int(num_buckets[0])
+    warp_id = cuda.threadIdx.x // WARP_SIZE
+    lane_id = cuda.threadIdx.x % WARP_SIZE
+    c_per_warp = WARP_SIZE * size
+
+    # The block's candidates b + k*G, k = 0..7: lane k reads one size; the ballot gives every warp the same mask.
+    big = False
+    if lane_id < WTE_WARPS:
+        candidate = cuda.blockIdx.x + lane_id * cuda.gridDim.x
+        big = candidate < table_size and int(bucket_info[4 * candidate + 1]) > WTE_WARPS
+    big_mask = yield cuda.ballot_sync(big)
+
+    # First the warp's own bucket, unless it is past the table or big (then a block sums it).
+    own_bucket = cuda.blockIdx.x * WTE_WARPS + warp_id
+    info = bucket_info[4 * own_bucket : 4 * own_bucket + 4] if own_bucket < table_size else (0, 0, 0, 0)
+    start, count, ix, c_group = (int(v) for v in info)
+    c = c_group * c_per_warp + lane_id * size
+    if own_bucket < table_size and count <= WTE_WARPS and c < C:
+        packed_dwte = load128(dwte, ix * C + c, cuda)
+        accum = np.zeros(size, dtype=np.float32)
+        for item in range(count):
+            accum = fadd(accum, to_float(load128(dout, int(bt_list[start + item]) * C + c, cuda)))
+        element = ix * C + c + np.arange(size)
+        packed_dwte = round_to_storage(fadd(accum, to_float(packed_dwte)), dwte.dtype, element, NOISE_STREAM_DWTE,
+                                       seed)
+        store128(dwte, ix * C + c, packed_dwte, cuda)
+
+    # Then the block's big buckets, each as llm.c's form sums it (every warp has items).
+    k_stride = np.arange(size) * WTE_BLOCK_SIZE
+    while big_mask:
+        k = (big_mask & -big_mask).bit_length() - 1  # the lowest set bit, as __ffs(mask) - 1
+        big_mask &= big_mask - 1
+        big_bucket = cuda.blockIdx.x + k * cuda.gridDim.x
+        start, count, ix, c_group = (int(v) for v in bucket_info[4 * big_bucket : 4 * big_bucket + 4])
+        c = c_group * c_per_warp + lane_id * size
+        has_channels = c < C
+        if warp_id == 0 and has_channels:
+            packed_dwte = load128(dwte, ix * C + c, cuda)
+        accum = np.zeros(size, dtype=np.float32)
+        if has_channels:
+            for item in range(warp_id, count, WTE_WARPS):
+                accum = fadd(accum, to_float(load128(dout, int(bt_list[start + item]) * C + c, cuda)))
+            if warp_id != 0:
+                accum_shared[cuda.threadIdx.x + k_stride] = accum
+        yield cuda.syncthreads()  # the warps' sums are in shared memory
+        if warp_id == 0 and has_channels:
+            for w in range(1, WTE_WARPS):
+                accum = fadd(accum, accum_shared[w * WARP_SIZE + lane_id + k_stride])
+            element = ix * C + c + np.arange(size)
+            packed_dwte = round_to_storage(fadd(accum, to_float(packed_dwte)), dwte.dtype, element,
+                                           NOISE_STREAM_DWTE, seed)
+            store128(dwte, ix * C + c, packed_dwte, cuda)
+        yield cuda.syncthreads()  # warp 0 has read them: shared memory is free for the next big bucket
+
+
 def encoder_backward_wte_chunked(cuda, dwte, units, bt_list, dout, partials, num_units, C, seed):
     """``encoder_backward_wte_chunked_kernel``: one warp per unit (token, chunk of 32 items) and channel group
     (``blockIdx.y``; a grid of fewer rows walks the remaining groups).
@@ -238,6 +303,15 @@ def launch_backward_wte_bucketed(kernel, dwte, table: BucketTable, dout, seed: i
     C = dout.shape[-1]
     num_buckets = np.array([table.num_buckets], dtype=np.int32)
     launch(kernel, max(table.num_buckets, 1), WTE_BLOCK_SIZE,
+           (dwte.reshape(-1), table.info.reshape(-1), table.bt_list, dout.reshape(-1), num_buckets, C, seed), rng=rng)
+
+
+def launch_backward_wte_bucketed_warps(kernel, dwte, table: BucketTable, dout, seed: int, *, rng=None) -> None:
+    """The warps form's launch: ``bucketed_warps_grid`` blocks for the table's buckets (a host table's bound is
+    its size)."""
+    C = dout.shape[-1]
+    num_buckets = np.array([table.num_buckets], dtype=np.int32)
+    launch(kernel, max(bucketed_warps_grid(table.num_buckets), 1), WTE_BLOCK_SIZE,
            (dwte.reshape(-1), table.info.reshape(-1), table.bt_list, dout.reshape(-1), num_buckets, C, seed), rng=rng)
 
 
