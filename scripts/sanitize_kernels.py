@@ -295,10 +295,21 @@ def _route_case(name: str, shape, dtype, route: str) -> Case:
     return Case(name, run, f"GPU bucket table by the {route} route", ROUTE_KERNELS[route])
 
 
-def _chunk_walk_case(name: str, shape, dtype, walk: str) -> Case:
-    """The chunked wte kernels with the chunk kernel's form named (``cuda.CHUNK_WALKS``), on a NumPy-built table,
-    against the mirror (the package picks one form by grid size, so a small shape alone would never run the other)."""
+def _wte_form_case(name: str, shape, dtype, method: str, form: str) -> Case:
+    """One named form of a wte launcher on a NumPy-built table, against the mirror: the chunked method's chunk
+    kernel (``cuda.CHUNK_WALKS``; the package picks one form by grid size, so a small shape alone would never run
+    the other) or the bucketed kernel (``cuda.BUCKETED_FORMS``). The bucketed kernel runs twice, on the table as
+    built and with its buckets reversed (big buckets last: the warps form's blocks then find them among their
+    candidates b + kG, several in a block)."""
+    import dataclasses
+
     from gpt2enc_edu import cuda
+
+    chunked = method == "chunked"
+    launcher = cuda.encoder_backward_wte_chunked if chunked else cuda.encoder_backward_wte_bucketed
+    kernels = {cuda.CHUNK_WALKS[form], "encoder_backward_wte_chunk_combine_kernel"} if chunked \
+        else {cuda.BUCKETED_FORMS[form]}
+    mirrored = getattr(mirror, launcher.__name__)
 
     def run(check: bool) -> str | None:
         import cupy
@@ -306,51 +317,25 @@ def _chunk_walk_case(name: str, shape, dtype, walk: str) -> Case:
         p = _problem(name, shape, dtype)
         seed = zlib.crc32(name.encode()) ^ 0x5EED
         table = enc.make_buckets(p.inp, p.C, dtype)
-        got = cupy.asarray(p.dwte)
-        cuda.encoder_backward_wte_chunked(got, table, cupy.asarray(p.dout), p.C, seed, walk=walk)
-        cupy.cuda.Device().synchronize()
-        if not check:
-            return None
-        want = p.dwte.copy()
-        mirror.encoder_backward_wte_chunked(want, table, p.dout, p.C, seed)
-        if not compare.bitwise_equal(got, want):
-            return f"dwte: {compare.count_bit_differences(got, want)} elements differ from the mirror"
-        return None
-
-    return Case(name, run, f"chunked wte kernels, the chunk kernel's {walk} form",
-                frozenset({cuda.CHUNK_WALKS[walk], "encoder_backward_wte_chunk_combine_kernel"}))
-
-
-def _bucketed_form_case(name: str, shape, dtype, form: str) -> Case:
-    """The bucketed wte kernel in one form (``cuda.BUCKETED_FORMS``) on a NumPy-built table, once as built and
-    once with its buckets reversed (big buckets last: the warps form's blocks then find them among their
-    candidates b + kG, several in a block), against the mirror."""
-    from gpt2enc_edu import cuda
-
-    def run(check: bool) -> str | None:
-        import dataclasses
-
-        import cupy
-
-        p = _problem(name, shape, dtype)
-        seed = zlib.crc32(name.encode()) ^ 0x5EED
-        table = enc.make_buckets(p.inp, p.C, dtype)
-        reversed_table = dataclasses.replace(table, info=np.ascontiguousarray(table.info[::-1]))
-        for label, t in (("as built", table), ("reversed", reversed_table)):
+        tables = [("as built", table)]
+        if not chunked:
+            tables.append(("reversed", dataclasses.replace(table, info=np.ascontiguousarray(table.info[::-1]))))
+        for label, t in tables:
             got = cupy.asarray(p.dwte)
-            cuda.encoder_backward_wte_bucketed(got, t, cupy.asarray(p.dout), p.C, seed, form=form)
+            launcher(got, t, cupy.asarray(p.dout), p.C, seed, **{"walk" if chunked else "form": form})
             cupy.cuda.Device().synchronize()
             if not check:
                 continue
             want = p.dwte.copy()
-            mirror.encoder_backward_wte_bucketed(want, t, p.dout, p.C, seed)
+            mirrored(want, t, p.dout, p.C, seed)
             if not compare.bitwise_equal(got, want):
                 wrong = compare.count_bit_differences(got, want)
                 return f"dwte, table {label}: {wrong} elements differ from the mirror"
         return None
 
-    return Case(name, run, f"bucketed wte kernel, the {form} form, table as built and reversed",
-                frozenset({cuda.BUCKETED_FORMS[form]}))
+    what = f"chunked wte kernels, the chunk kernel's {form} form" if chunked \
+        else f"bucketed wte kernel, the {form} form, table as built and reversed"
+    return Case(name, run, what, frozenset(kernels))
 
 
 def _fresh_gpu_tables() -> None:
@@ -422,10 +407,12 @@ def default_cases() -> list[Case]:
                 cases.append(_atomic_fp32_plain_case(f"atomic-fp32-plain/{dtype_name}/{shape_name}", shape, dtype))
             if "chunked" in DETERMINISTIC and shape_name in ("ordinary", "B1-C776", "thousands-per-bucket"):
                 for walk in _chunk_walks():
-                    cases.append(_chunk_walk_case(f"chunk-walk-{walk}/{dtype_name}/{shape_name}", shape, dtype, walk))
+                    cases.append(_wte_form_case(f"chunk-walk-{walk}/{dtype_name}/{shape_name}", shape, dtype, "chunked",
+                                                 walk))
             if "bucketed" in DETERMINISTIC and shape_name in ("ordinary", "B1-C776", "thousands-per-bucket"):
                 for form in _bucketed_forms():
-                    cases.append(_bucketed_form_case(f"bucketed-{form}/{dtype_name}/{shape_name}", shape, dtype, form))
+                    cases.append(_wte_form_case(f"bucketed-{form}/{dtype_name}/{shape_name}", shape, dtype, "bucketed",
+                                                 form))
             if shape_name in ("B1-T1-C8", "ordinary", "one-item-buckets", "thousands-per-bucket", "big-bucketing"):
                 for route in _routes_for(shape):
                     cases.append(_route_case(f"bucketing-{route}/{dtype_name}/{shape_name}", shape, dtype, route))
