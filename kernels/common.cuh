@@ -11,6 +11,7 @@
 //   squirrel_noise5        a cheap, good-quality integer hash (Squirrel Eiserloh's SquirrelNoise5)
 //   noise_2d               SquirrelNoise5 over a 2-D position, for one random number per (element, tensor)
 //   round_to_storage       fp32 -> floatX: stochastic rounding for bf16, a plain store for fp32
+//   store_rounded_sum128   a pack's read-modify-write end: old + sum, rounded per element, one 16-byte store
 //   lanes_below            the mask of the lanes below this one
 //   warp_inclusive_sum     inclusive prefix sum of one int per lane over a warp
 //   block_exclusive_sum    exclusive prefix sum of one int per thread over a block (the bucketing kernels)
@@ -182,6 +183,17 @@ __device__ __forceinline__ void round_to_storage(float value, __nv_bfloat16* tar
     unsigned int dropped = bits & 0xFFFFu;
     bits = (dropped > threshold) ? (bits | 0xFFFFu) : (bits & ~0xFFFFu);
     *target = __float2bfloat16_rn(__uint_as_float(bits));
+}
+
+// The end of a gradient pack's read-modify-write: element k becomes round_to_storage(sums[k] + old[k]), with the
+// noise position first_element + k (the element's flat index in its tensor), and the pack is stored in one go.
+__device__ __forceinline__ void store_rounded_sum128(floatX* target, x128 old, const float* sums,
+                                                     unsigned int first_element, unsigned int stream,
+                                                     unsigned int seed) {
+    for (int k = 0; k < x128::size; k++) {
+        round_to_storage(sums[k] + (float)old[k], &old[k], first_element + k, stream, seed);
+    }
+    store128(target, old);
 }
 
 // ----------------------------------------------------------------------------------------------------------

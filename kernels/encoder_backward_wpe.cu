@@ -43,11 +43,6 @@ extern "C" __global__ void encoder_backward_wpe_kernel(floatX* dwpe, const float
     }
 
     floatX* dwpe_tc = dwpe + t * C + c;
-    x128 packed_dwpe = load128(dwpe_tc);
-    for (int k = 0; k < x128::size; k++) {
-        // The noise position is the element's flat index in dwpe (t*C + c + k): one random number per element.
-        round_to_storage(accum[k] + (float)packed_dwpe[k], &packed_dwpe[k], (unsigned int)(idx + k), NOISE_STREAM_DWPE,
-                         seed);
-    }
-    store128(dwpe_tc, packed_dwpe);
+    // The noise position is the element's flat index in dwpe (t*C + c + k): one random number per element.
+    store_rounded_sum128(dwpe_tc, load128(dwpe_tc), accum, (unsigned int)idx, NOISE_STREAM_DWPE, seed);
 }

@@ -172,11 +172,8 @@ __device__ __forceinline__ void chunk_warp(floatX* dwte, const int4* units, cons
         }
         if (!has_channels) { continue; }
         if (single_chunk) {
-            for (int k = 0; k < x128::size; k++) {
-                round_to_storage(accum[k] + (float)packed_dwte[k], &packed_dwte[k], (unsigned int)(ix * C + c + k),
-                                 NOISE_STREAM_DWTE, seed);
-            }
-            store128(dwte + ix * C + c, packed_dwte);
+            store_rounded_sum128(dwte + ix * C + c, packed_dwte, accum, (unsigned int)(ix * C + c), NOISE_STREAM_DWTE,
+                                 seed);
         } else {
             float4* partial = reinterpret_cast<float4*>(partials + ((size_t)unit * num_groups + g) * c_per_warp +
                                                         lane_id * x128::size);
