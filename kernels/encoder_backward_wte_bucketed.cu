@@ -187,38 +187,27 @@ extern "C" __global__ void __launch_bounds__(WTE_BLOCK_SIZE, WTE_WARPS_MIN_BLOCK
         if (warp_id == 0 && has_channels) { packed_dwte = load128(dwte_ix); }
         float accum[x128::size];
         for (int j = 0; j < x128::size; j++) { accum[j] = 0.0f; }
-        // A big bucket is the long pole of skewed ids (a block sums thousands of items). Warp w's items are w, w + 8,
-        // w + 16, ...: lane l fetches the position of the warp's item base + l, so one load brings 32 positions and
-        // the rows wait for nothing else. Four rows are loaded before the first is added, then added in order, so
-        // the sum is unchanged. Every lane runs the loop (the shuffles need the whole warp); only lanes with
-        // channels load rows.
-        const int* items = bt_list + big_info.x;
-        int mine = CEIL_DIV(big_info.y - warp_id, WTE_WARPS);  // this warp's items: at least 1, as size > 8
-        for (int base = 0; base < mine; base += WARP_SIZE) {
-            int my_bt = base + lane_id < mine ? items[warp_id + (base + lane_id) * WTE_WARPS] : 0;
-            int count = min(WARP_SIZE, mine - base);
-            int i = 0;
-            for (; i + 3 < count; i += 4) {
+        if (has_channels) {
+            // A big bucket is the long pole of skewed ids (a block sums thousands of items): four of a warp's
+            // items are loaded before the first is added, then added in order, so the sum is unchanged.
+            const int* items = bt_list + big_info.x;
+            int item = warp_id;
+            for (; item + 3 * WTE_WARPS < big_info.y; item += 4 * WTE_WARPS) {
                 int bt[4];
-                for (int u = 0; u < 4; u++) { bt[u] = __shfl_sync(0xffffffffu, my_bt, i + u); }
-                if (has_channels) {
-                    x128 packed_dout[4];
-                    for (int u = 0; u < 4; u++) { packed_dout[u] = load128cs(dout + bt[u] * C + c); }
-                    for (int u = 0; u < 4; u++) {
-                        for (int j = 0; j < x128::size; j++) { accum[j] += (float)packed_dout[u][j]; }
-                    }
+                for (int u = 0; u < 4; u++) { bt[u] = items[item + u * WTE_WARPS]; }
+                x128 packed_dout[4];
+                for (int u = 0; u < 4; u++) { packed_dout[u] = load128cs(dout + bt[u] * C + c); }
+                for (int u = 0; u < 4; u++) {
+                    for (int j = 0; j < x128::size; j++) { accum[j] += (float)packed_dout[u][j]; }
                 }
             }
-            for (; i < count; i++) {
-                int bt = __shfl_sync(0xffffffffu, my_bt, i);
-                if (has_channels) {
-                    x128 packed_dout = load128cs(dout + bt * C + c);
-                    for (int j = 0; j < x128::size; j++) { accum[j] += (float)packed_dout[j]; }
-                }
+            for (; item < big_info.y; item += WTE_WARPS) {
+                x128 packed_dout = load128cs(dout + items[item] * C + c);
+                for (int j = 0; j < x128::size; j++) { accum[j] += (float)packed_dout[j]; }
             }
-        }
-        if (warp_id != 0 && has_channels) {
-            for (int j = 0; j < x128::size; j++) { accum_shared[threadIdx.x + j * WTE_BLOCK_SIZE] = accum[j]; }
+            if (warp_id != 0) {
+                for (int j = 0; j < x128::size; j++) { accum_shared[threadIdx.x + j * WTE_BLOCK_SIZE] = accum[j]; }
+            }
         }
         __syncthreads();  // the warps' sums are in shared memory
         if (warp_id == 0 && has_channels) {

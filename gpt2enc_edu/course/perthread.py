@@ -141,8 +141,8 @@ def encoder_backward_wte_bucketed_warps(cuda, dwte, bucket_info, bt_list, dout, 
     """``encoder_backward_wte_bucketed_warps_kernel``: warp w of block b sums bucket 8b + w alone when it has at
     most 8 items; block b sums the bigger ones among b, b + G, ..., b + 7G (G = the grid) as llm.c's form does.
 
-    In a big bucket the kernel fetches a warp's positions 32 at a time (one per lane, handed round by shuffles) and
-    has four rows in flight per warp; here they are loaded one by one, which adds them in the same order.
+    The kernel has four of a big bucket's items in flight per warp; here they are loaded one by one, which adds them
+    in the same order.
     """
     size = pack_size(dout.dtype)
     accum_shared = cuda.shared_array("accum_shared", size * WTE_BLOCK_SIZE, np.float32)
