@@ -305,6 +305,8 @@ def _wte_form_case(name: str, shape, dtype, method: str, form: str) -> Case:
 
     from gpt2enc_edu import cuda
 
+    if method not in ("chunked", "bucketed"):
+        raise ValueError(f"method must be 'chunked' or 'bucketed', got {method!r}")
     chunked = method == "chunked"
     launcher = cuda.encoder_backward_wte_chunked if chunked else cuda.encoder_backward_wte_bucketed
     kernels = {cuda.CHUNK_WALKS[form], "encoder_backward_wte_chunk_combine_kernel"} if chunked \
