@@ -58,26 +58,50 @@ def encoder_backward_wpe(dwpe, dout, B: int, T: int, C: int, seed: int) -> None:
            (dwpe, dout, np.int32(B), np.int32(T), np.int32(C), np.uint32(seed)))
 
 
-#: The bucketed wte kernel's two forms (kernels/encoder_backward_wte_bucketed.cu): the same arguments and bits.
-#: "block" is llm.c's form, one block per bucket (the course builds it); "warps" gives a block to each bucket of
-#: more than 8 items and a warp to every other one, in a grid of about an eighth of the blocks.
+#: The chunk kernel (and the bucketed kernel's "warps_prefetch" form) ask L2 for the dout rows of a chunk (of a big
+#: bucket) before summing them when dout takes at most this share of the L2 cache. On an H200 (60 MB of L2) that was
+#: faster at B=1 and B=8 (dout 1.6 and 12.6 MB) and slower at B=64 (101 MB), where the prefetched lines push each
+#: other out (docs/performance.md, parts 4 and 12).
+PREFETCH_MAX_L2_SHARE = 0.25
+
+
+def prefetch_rows(dout_nbytes: int, l2_bytes: int) -> bool:
+    """Whether the wte kernels prefetch their rows: dout is at most ``PREFETCH_MAX_L2_SHARE`` of the L2 cache."""
+    return dout_nbytes <= PREFETCH_MAX_L2_SHARE * l2_bytes
+
+
+#: The bucketed wte kernel's forms (kernels/encoder_backward_wte_bucketed.cu): the same arguments and bits. "block"
+#: is llm.c's form, one block per bucket (the course builds it); "warps" gives a block to each bucket of more than 8
+#: items and a warp to every other one, in a grid of about an eighth of the blocks; "warps_prefetch" is "warps" whose
+#: blocks first ask L2 for all the rows of their big bucket.
 BUCKETED_FORMS = {"warps": "encoder_backward_wte_bucketed_warps_kernel",
+                  "warps_prefetch": "encoder_backward_wte_bucketed_warps_prefetch_kernel",
                   "block": "encoder_backward_wte_bucketed_kernel"}
 
 
-def encoder_backward_wte_bucketed(dwte, table, dout, C: int, seed: int, *, form: str = "warps") -> None:
+def bucketed_form(dout_nbytes: int, l2_bytes: int) -> str:
+    """The form of the bucketed wte kernel the package launches: ``"warps_prefetch"`` where dout fits easily in L2
+    (``prefetch_rows``: B <= 8 at GPT-2 shapes on an H200), else ``"warps"``.
+
+    On an H200 the prefetch took the kernel from 10.2 to 9.1 us at B=1 on Zipf ids and from 35 to 29 at B=8, and
+    changed nothing on uniform ids (whose buckets are small); at B=64 it was slower (docs/performance.md, part 12)."""
+    return "warps_prefetch" if prefetch_rows(dout_nbytes, l2_bytes) else "warps"
+
+
+def encoder_backward_wte_bucketed(dwte, table, dout, C: int, seed: int, *, form: str | None = None) -> None:
     """llm.c's bucketed wte scheme; ``table`` is a ``BucketTable`` (copied over, llm.c's route) or a device one.
 
-    ``form`` picks the kernel (``BUCKETED_FORMS``): "warps", the package's, or "block", llm.c's one block per
-    bucket. Both give the same bits for any table, in any bucket order; on an H200 at B=64 the warps form took 79 /
-    255 / 141 us against 174 / 311 / 174 on uniform / Zipf / real ids (docs/performance.md, part 10)."""
+    ``form`` picks the kernel (``BUCKETED_FORMS``; None: ``bucketed_form``'s choice, the package's): "block" is
+    llm.c's one block per bucket. Every form gives the same bits for any table, in any bucket order; on an H200 at
+    B=64 the warps form took 79 / 255 / 141 us against 174 / 311 / 174 for the block form on uniform / Zipf / real
+    ids (docs/performance.md, part 10)."""
+    if form is None:
+        form = bucketed_form(dout.nbytes, device_facts().l2_cache_bytes)
     check_choice("form", form, tuple(BUCKETED_FORMS))
     table = to_device(table)
     table.require_bucket_rows("the bucketed wte kernel")
     kernel = get_kernel("encoder_backward_wte_bucketed.cu", BUCKETED_FORMS[form], dout.dtype)
-    grid = table.max_buckets
-    if form == "warps":
-        grid = bucketed_warps_grid(table.max_buckets)
+    grid = table.max_buckets if form == "block" else bucketed_warps_grid(table.max_buckets)
     launch(kernel, grid, WTE_BLOCK_SIZE,
            (dwte, table.info, table.bt_list, dout, table.num_buckets_device, np.int32(C), np.uint32(seed)),
            after_kernel=True)
@@ -93,17 +117,6 @@ def _chunk_partials(BT: int, C_padded: int):
     if key not in _partials_cache:
         _partials_cache[key] = cupy.empty(max_multi_chunk_units(BT) * C_padded, dtype=np.float32)
     return _partials_cache[key]
-
-
-#: The chunk kernel asks L2 for a chunk's dout rows before it sums them when dout takes at most this share of the
-#: L2 cache. On an H200 (60 MB of L2) that was faster at B=1 and B=8 (dout 1.6 and 12.6 MB) and slower at B=64
-#: (101 MB), where the prefetched lines push each other out (docs/performance.md, part 4).
-PREFETCH_MAX_L2_SHARE = 0.25
-
-
-def prefetch_rows(dout_nbytes: int, l2_bytes: int) -> bool:
-    """Whether the chunk kernel prefetches its rows: dout is at most ``PREFETCH_MAX_L2_SHARE`` of the L2 cache."""
-    return dout_nbytes <= PREFETCH_MAX_L2_SHARE * l2_bytes
 
 
 #: The chunk kernel's two forms (kernels/encoder_backward_wte_chunked.cu): the same grid, arguments and bits. The
@@ -183,9 +196,10 @@ def _side_stream(main):
 
 
 def encoder_backward_deterministic_gpu_bucketing(dwte, dwpe, dout, inp, B: int, T: int, C: int, V: int,
-                                                 seed: int, *, chunked: bool) -> None:
+                                                 seed: int, *, chunked: bool, table=None) -> None:
     """The GPU bucketing and then the wte kernel on the caller's stream, the wpe kernel beside them on a side
-    stream: no host round trip, no host sync.
+    stream: no host round trip, no host sync. ``table``: a table of these ids built ahead (``make_buckets``; a host
+    table is copied over), which the wte kernel reads instead of building one.
 
     The wte kernel needs the table, the wpe kernel needs neither: the chain table -> wte is the critical path,
     and it runs on the caller's stream with no event between its kernels (on sm_90 and newer each wte kernel is
@@ -206,7 +220,8 @@ def encoder_backward_deterministic_gpu_bucketing(dwte, dwpe, dout, inp, B: int, 
     with side:
         encoder_backward_wpe(dwpe, dout, B, T, C, seed)
         wpe_done.record(side)
-    table = build_bucket_table_gpu(inp, C, dout.dtype, V, bucket_rows=not chunked)  # chunked: units only
+    if table is None:
+        table = build_bucket_table_gpu(inp, C, dout.dtype, V, bucket_rows=not chunked)  # chunked: units only
     (encoder_backward_wte_chunked if chunked else encoder_backward_wte_bucketed)(dwte, table, dout, C, seed)
     main.wait_event(wpe_done)
 

@@ -8,17 +8,20 @@
 //   ascending bt order. The channel groups of one token share the same item range.
 //   Buckets come largest first, so the long ones start early instead of running alone at the end.
 //
-// Two kernels, the same sums in the same fp32 order, so the same bits:
+// Three kernels, the same sums in the same fp32 order, so the same bits:
 //   encoder_backward_wte_bucketed_kernel        llm.c's form: one block of 8 warps per bucket. The course
 //                                               builds this one.
 //   encoder_backward_wte_bucketed_warps_kernel  the package's launch: a bucket with more than 8 items still gets
 //                                               a block; every other bucket gets one warp, which adds its items
 //                                               in the order the block would.
+//   encoder_backward_wte_bucketed_warps_prefetch_kernel   the same, and a block first asks L2 for all the rows
+//                                               of its big bucket (the package's launch where dout fits easily
+//                                               in L2: gpt2enc_edu.cuda.bucketed_form).
 //
-// Launch, both: block = WTE_BLOCK_SIZE = 256 threads (8 warps),
+// Launch, all: block = WTE_BLOCK_SIZE = 256 threads (8 warps),
 //   kernel(dwte, bucket_info, bt_list, dout, num_buckets, C, seed)
-//   llm.c's form: grid = max_buckets (one block per bucket);
-//   warps form:   grid = CEIL_DIV(max_buckets, 8) (gpt2enc_edu.layout.bucketed_warps_grid).
+//   llm.c's form:    grid = max_buckets (one block per bucket);
+//   the warps forms: grid = CEIL_DIV(max_buckets, 8) (gpt2enc_edu.layout.bucketed_warps_grid).
 // *num_buckets (device memory) is the table's size; max_buckets >= it is what the host knows without a sync
 // when the table was built on the GPU. Work past *num_buckets is skipped at once. The package launches both as
 // programmatic dependents of the kernel before (common.cuh): they wait for it before they read anything.
@@ -136,10 +139,18 @@ extern "C" __global__ void __launch_bounds__(WTE_BLOCK_SIZE, WTE_MIN_BLOCKS)
 #else
 #define WTE_WARPS_MIN_BLOCKS 6
 #endif
-extern "C" __global__ void __launch_bounds__(WTE_BLOCK_SIZE, WTE_WARPS_MIN_BLOCKS)
-    encoder_backward_wte_bucketed_warps_kernel(floatX* dwte, const int4* bucket_info, const int* bt_list,
-                                               const floatX* dout, const int* num_buckets, int C, unsigned int seed) {
-    __shared__ float accum_shared[x128::size * WTE_BLOCK_SIZE];
+
+// PREFETCH (the prefetch kernel): before a block sums a big bucket, each of its threads asks L2 for the bucket's rows
+// of items t, t + 256, ... (prefetch_l2: no register is held, nothing waits), so that the warps' chains of dependent
+// loads below find their rows in L2 instead of each waiting a full memory latency. Worth it where dout fits easily
+// in L2: on an H200 the kernel took 9.1 instead of 10.2 us at B=1 on Zipf ids, 29 instead of 35 at B=8, but 239
+// instead of 215-227 at B=64, where the prefetched lines push each other out (docs/performance.md, part 12). It is
+// a template parameter, not a kernel argument: with a run-time flag the compiler scheduled the loop below slower
+// even where the flag was off (299 against 227 us at B=64 on Zipf ids).
+template <bool PREFETCH>
+__device__ __forceinline__ void wte_bucketed_warps(floatX* dwte, const int4* bucket_info, const int* bt_list,
+                                                   const floatX* dout, const int* num_buckets, int C, unsigned int seed,
+                                                   float* accum_shared) {
     wait_for_previous_grid();
 
     int table_size = *num_buckets;
@@ -191,6 +202,13 @@ extern "C" __global__ void __launch_bounds__(WTE_BLOCK_SIZE, WTE_WARPS_MIN_BLOCK
             // A big bucket is the long pole of skewed ids (a block sums thousands of items): four of a warp's
             // items are loaded before the first is added, then added in order, so the sum is unchanged.
             const int* items = bt_list + big_info.x;
+            if (PREFETCH) {
+                int c0 = big_info.w * c_per_warp;
+                for (int i = threadIdx.x; i < big_info.y; i += WTE_BLOCK_SIZE) {
+                    const floatX* row = dout + items[i] * C + c0;
+                    prefetch_l2(row, row + min(c_per_warp, C - c0));
+                }
+            }
             int item = warp_id;
             for (; item + 3 * WTE_WARPS < big_info.y; item += 4 * WTE_WARPS) {
                 int bt[4];
@@ -221,4 +239,19 @@ extern "C" __global__ void __launch_bounds__(WTE_BLOCK_SIZE, WTE_WARPS_MIN_BLOCK
         }
         __syncthreads();  // warp 0 has read them: shared memory is free for the next big bucket
     }
+}
+
+extern "C" __global__ void __launch_bounds__(WTE_BLOCK_SIZE, WTE_WARPS_MIN_BLOCKS)
+    encoder_backward_wte_bucketed_warps_kernel(floatX* dwte, const int4* bucket_info, const int* bt_list,
+                                               const floatX* dout, const int* num_buckets, int C, unsigned int seed) {
+    __shared__ float accum_shared[x128::size * WTE_BLOCK_SIZE];
+    wte_bucketed_warps<false>(dwte, bucket_info, bt_list, dout, num_buckets, C, seed, accum_shared);
+}
+
+extern "C" __global__ void __launch_bounds__(WTE_BLOCK_SIZE, WTE_WARPS_MIN_BLOCKS)
+    encoder_backward_wte_bucketed_warps_prefetch_kernel(floatX* dwte, const int4* bucket_info, const int* bt_list,
+                                                        const floatX* dout, const int* num_buckets, int C,
+                                                        unsigned int seed) {
+    __shared__ float accum_shared[x128::size * WTE_BLOCK_SIZE];
+    wte_bucketed_warps<true>(dwte, bucket_info, bt_list, dout, num_buckets, C, seed, accum_shared);
 }

@@ -347,8 +347,10 @@ display(Markdown(f"```cuda\n{kernel_source('encoder_backward_wte_bucketed.cu')}\
 # holds about 110,000 such tiny buckets. So the warps form gives a bucket of at most 8 items to **one warp**,
 # which adds the items in order: that is exactly the block's sum, since warp w of a block would hold item w
 # alone. A bigger bucket still gets a whole block, summed as above. On the H200 this took the kernel from about
-# 174 to 79 µs at B = 64 on uniform ids (`docs/performance.md`, part 10). The cell below checks the claim of
-# equal bits on a GPU.
+# 174 to 79 µs at B = 64 on uniform ids (`docs/performance.md`, part 10). A third kernel,
+# `encoder_backward_wte_bucketed_warps_prefetch_kernel`, is the warps form whose blocks first ask L2 for every row
+# of their big bucket, so that the warps' chains of loads find them there; the package launches it where `dout`
+# fits easily in L2 (part 12). The cell below checks the claim of equal bits on a GPU, for all three.
 
 # %%
 if xp is np:
@@ -360,7 +362,8 @@ else:
     for form in gpt2enc_edu.cuda.BUCKETED_FORMS:
         forms[form] = check.dwte.copy()
         gpt2enc_edu.cuda.encoder_backward_wte_bucketed(forms[form], check_table, check.dout, 776, 99, form=form)
-    print("block form and warps form write the same bits:", compare.bitwise_equal(forms["block"], forms["warps"]))
+    print(f"forms {', '.join(forms)} write the same bits:",
+          all(compare.bitwise_equal(forms["block"], bits) for bits in forms.values()))
 
 # %% [markdown]
 # ## 6. Run it: same bits, every time

@@ -53,6 +53,7 @@ import numpy as np  # noqa: E402
 
 import gpt2enc_edu as enc  # noqa: E402
 from gpt2enc_edu import compare, mirror, reference, validate  # noqa: E402
+from gpt2enc_edu.buckets import reorder_buckets  # noqa: E402
 from gpt2enc_edu.problems import count_poison, poisoned, random_problem  # noqa: E402
 from gpt2enc_edu.rounding import bfloat16  # noqa: E402
 
@@ -143,10 +144,9 @@ def _backward_kernels(method: str, dtype, shape, bucketing: str | None) -> froze
                               "encoder_backward_atomic_narrow_kernel"})
         return frozenset({"encoder_backward_atomic_fp32_rows_kernel"})
     # chunked: the combine kernel, and one of the chunk kernel's two forms, which the package picks on the GPU
-    # (cuda.chunk_walk); the chunk-walk cases launch each form by name. bucketed: the warps form (the block form
-    # has its own cases).
-    wte = ({"encoder_backward_wte_chunk_combine_kernel"} if method == "chunked"
-           else {"encoder_backward_wte_bucketed_warps_kernel"})
+    # (cuda.chunk_walk); the chunk-walk cases launch each form by name. bucketed: one of the warps forms, which the
+    # package picks on the GPU by dout's size (cuda.bucketed_form); the bucketed-form cases launch each by name.
+    wte = {"encoder_backward_wte_chunk_combine_kernel"} if method == "chunked" else set()
     bucketing_kernels = _bucketing_kernels(B * T, V) if bucketing in ("gpu", "auto", None) else set()
     return frozenset({"encoder_backward_wpe_kernel", *wte, *bucketing_kernels})
 
@@ -301,8 +301,6 @@ def _wte_form_case(name: str, shape, dtype, method: str, form: str) -> Case:
     the other) or the bucketed kernel (``cuda.BUCKETED_FORMS``). The bucketed kernel runs twice, on the table as
     built and with its buckets reversed (big buckets last: the warps form's blocks then find them among their
     candidates b + kG, several in a block)."""
-    import dataclasses
-
     from gpt2enc_edu import cuda
 
     if method not in ("chunked", "bucketed"):
@@ -321,7 +319,7 @@ def _wte_form_case(name: str, shape, dtype, method: str, form: str) -> Case:
         table = enc.make_buckets(p.inp, p.C, dtype)
         tables = [("as built", table)]
         if not chunked:
-            tables.append(("reversed", dataclasses.replace(table, info=np.ascontiguousarray(table.info[::-1]))))
+            tables.append(("reversed", reorder_buckets(table, "reversed")))
         for label, t in tables:
             got = cupy.asarray(p.dwte)
             launcher(got, t, cupy.asarray(p.dout), p.C, seed, **{"walk" if chunked else "form": form})

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import gpt2enc_edu as enc
-from gpt2enc_edu import compare, cuda, gpu_buckets, layout, loader, mirror
+from gpt2enc_edu import buckets, compare, cuda, gpu_buckets, layout, loader, mirror
 from gpt2enc_edu.problems import count_poison, poisoned, random_problem
 from gpt2enc_edu.rounding import bfloat16
 from gpt2enc_edu.tokens import make_ids
@@ -101,15 +101,11 @@ def test_bucketed_forms_give_the_mirrors_bits_in_any_bucket_order(rng, dtype, fo
     """Both forms of the bucketed wte kernel against the mirror, on the table as built and with its buckets
     shuffled or reversed (the warps form gives each small bucket a warp and each big one to a block wherever it
     sits), and on a table of big buckets only (several per block of the warps form)."""
-    import dataclasses
-
     C = 776 if dtype == bfloat16 else 132  # a last channel group with lanes past C
     B, T = 3, 99
     p = random_problem(B, T, C, 2000, T, dtype=dtype, rng=rng)
     table = enc.make_buckets(_bucketed_test_ids(ids, rng, B, T), C, dtype)
-    rows = {"built": np.arange(table.num_buckets), "shuffled": rng.permutation(table.num_buckets),
-            "reversed": np.arange(table.num_buckets)[::-1]}[order]
-    table = dataclasses.replace(table, info=np.ascontiguousarray(table.info[rows]))
+    table = buckets.reorder_buckets(table, order, rng=rng)
     big = int((table.info[:, 1] > layout.WTE_WARPS).sum())
     assert big > (layout.bucketed_warps_grid(table.num_buckets) if ids == "nine_each" else 0)
     assert_wte_kernel_gives_the_mirrors_bits("encoder_backward_wte_bucketed", p, table, rng, form=form)
@@ -301,6 +297,28 @@ def test_prefetch_rows_up_to_a_quarter_of_l2():
     assert cuda.prefetch_rows(gpt2(1), l2) and cuda.prefetch_rows(gpt2(8), l2)
     assert not cuda.prefetch_rows(gpt2(64), l2)
     assert cuda.prefetch_rows(l2 // 4, l2) and not cuda.prefetch_rows(l2 // 4 + 1, l2)
+    # the bucketed kernel's prefetching form follows the same rule
+    assert cuda.bucketed_form(gpt2(8), l2) == "warps_prefetch" and cuda.bucketed_form(gpt2(64), l2) == "warps"
+
+
+def test_the_bucketed_launcher_takes_the_form_of_dout_size(rng, monkeypatch):
+    """``form=None`` launches ``bucketed_form``'s choice (the prefetch form for a small dout on any GPU of >= 4 MB
+    of L2), a named form that one."""
+    import cupy
+
+    fetched = []
+    real_get_kernel = cuda.get_kernel
+
+    def get_kernel(file_name, name, dtype):
+        fetched.append(name)
+        return real_get_kernel(file_name, name, dtype)
+
+    monkeypatch.setattr(cuda, "get_kernel", get_kernel)
+    p = random_problem(2, 64, 256, 50, 64, ids="zipf", rng=rng).on(cupy)
+    table = enc.make_buckets(p.inp, 256, bfloat16, V=50)
+    for form in (None, "warps", "block"):
+        cuda.encoder_backward_wte_bucketed(p.dwte, table, p.dout, 256, 1, form=form)
+    assert fetched == [cuda.BUCKETED_FORMS[f] for f in ("warps_prefetch", "warps", "block")]
 
 
 def test_atomic_fp32_touches_only_the_batch_rows(rng):

@@ -2,9 +2,10 @@
 
 ``skeleton(exercise)`` reads the real file from ``kernels/`` at run time (``loader.kernel_source``) and
 replaces the body of the exercise's kernel with a marked gap (``GAP_MARK``); every other kernel of the file
-gets an empty body, so the file still compiles and gives nothing away. The header comment, the includes,
-the ``#define``s and the kernel's signature stay exactly as the package compiles them. No kernel file needs
-markers: the body is found by matching the braces after the kernel's name.
+gets an empty body, and so does every ``void`` device function of the file that the exercise's kernel does not
+call (the body of another kernel may live in one), so the file still compiles and gives nothing away. The header
+comment, the includes, the ``#define``s and the kernel's signature stay exactly as the package compiles them. No
+kernel file needs markers: the body is found by matching the braces after the kernel's name.
 
 ``fill(exercise, body)`` puts the learner's body into the gap and returns the whole source, ready for
 ``loader.compile_source``.
@@ -59,9 +60,15 @@ KERNEL_EXERCISES = {
 }
 
 
-def _body_span(source: str, kernel: str) -> tuple[int, int]:
-    """Offsets of the ``{`` and the matching ``}`` of ``kernel``'s body in ``source``."""
-    match = re.search(rf"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s*)?{re.escape(kernel)}\s*\(", source)
+#: The start of a kernel's definition, and of a ``void`` device function's, up to the name.
+_KERNEL_START = r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s*)?"
+_DEVICE_VOID_START = r"__device__\s+(?:__forceinline__\s+)?void\s+"
+
+
+def _body_span(source: str, kernel: str, start: str = _KERNEL_START) -> tuple[int, int]:
+    """Offsets of the ``{`` and the matching ``}`` of ``kernel``'s body in ``source`` (``start``: what comes before
+    the name; a device function's for ``_DEVICE_VOID_START``)."""
+    match = re.search(rf"{start}{re.escape(kernel)}\s*\(", source)
     if match is None:
         raise ValueError(f"kernel {kernel} not found")
     depth, i = 0, match.end() - 1
@@ -84,9 +91,16 @@ def _kernels_in(source: str) -> list[str]:
 
 
 def skeleton(exercise: str) -> str:
-    """The exercise's kernel file with the kernel body replaced by the gap (and other kernels emptied)."""
+    """The exercise's kernel file with the kernel body replaced by the gap (and other kernels emptied, with the
+    device functions only they call)."""
     spec = KERNEL_EXERCISES[exercise]
     source = kernel_source(spec.file)
+    start, end = _body_span(source, spec.kernel)
+    called = set(re.findall(r"\b(\w+)\s*(?:<[^<>()]*>)?\s*\(", source[start:end]))
+    for name in re.findall(rf"{_DEVICE_VOID_START}(\w+)\s*\(", source):
+        if name not in called:
+            start, end = _body_span(source, name, _DEVICE_VOID_START)
+            source = source[:start] + "{ /* not part of this exercise */ }" + source[end + 1 :]
     for name in _kernels_in(source):
         start, end = _body_span(source, name)
         if name == spec.kernel:
