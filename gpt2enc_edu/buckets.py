@@ -28,10 +28,11 @@ produce exactly this table.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from .backend import is_cupy_array
 from .layout import CHUNK_ITEMS, c_per_group, ceil_div, num_c_groups
 
 
@@ -121,3 +122,35 @@ def build_bucket_table(inp: np.ndarray, C: int, dtype) -> BucketTable:
     units[:, 3] = np.repeat(counts, chunks)
     return BucketTable(info=info, bt_list=np.ascontiguousarray(bt_list, dtype=np.int32), units=units, C=C,
                        dtype=np.dtype(dtype))
+
+
+def same_table(a: BucketTable, b: BucketTable, *, bucket_rows: bool = True) -> bool:
+    """Whether host tables ``a`` and ``b`` are the same table, array for array (``bucket_rows=False``: leave the
+    bucket rows ``info`` out, for a table built without them)."""
+    fields = ("info", "bt_list", "units") if bucket_rows else ("bt_list", "units")
+    return (a.C == b.C and np.dtype(a.dtype) == np.dtype(b.dtype)
+            and all(np.array_equal(getattr(a, f), getattr(b, f)) for f in fields))
+
+
+#: The bucket orders ``reorder_buckets`` names.
+BUCKET_ORDERS = ("built", "reversed", "shuffled")
+
+
+def reorder_buckets(table, order, *, rng=None):
+    """``table`` with its bucket rows in another order, for NumPy or CuPy tables; the other arrays are shared.
+
+    ``order``: ``"built"`` (as they are), ``"reversed"`` (smallest bucket first), ``"shuffled"`` (a permutation
+    drawn from ``rng``, a ``numpy.random.Generator``), or an index array of rows. The bucketed wte kernels must sum
+    every bucket wherever it sits in the list (the size order only makes them faster); the tests, the sanitizer
+    and the course's per-thread forms check that on reordered tables.
+    """
+    n = int(table.info.shape[0])
+    if isinstance(order, str):
+        if order not in BUCKET_ORDERS:
+            raise ValueError(f"order must be one of {BUCKET_ORDERS} or an index array, not {order!r}")
+        if order == "shuffled" and rng is None:
+            raise ValueError("order='shuffled' needs rng, a numpy.random.Generator")
+        order = {"built": lambda: np.arange(n), "reversed": lambda: np.arange(n)[::-1],
+                 "shuffled": lambda: rng.permutation(n)}[order]()
+    info = table.info[order]
+    return replace(table, info=info.copy() if is_cupy_array(info) else np.ascontiguousarray(info))

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import backend, buckets, cuda, memory, mirror, validate
+from . import backend, cuda, memory, mirror, validate
+from .buckets import BucketTable, build_bucket_table, same_table
 from .gpu_buckets import build_bucket_table_gpu
 from .loader import cupy_module
 
@@ -61,31 +62,39 @@ def encoder_forward(inp, wte, wpe, *, out=None, check_ids: bool = True):
     return out
 
 
-def make_buckets(inp, C: int, dtype, *, V: int | None = None):
+def make_buckets(inp, C: int, dtype, *, V: int | None = None, check_ids: bool = True):
     """The bucket table the deterministic wte kernels consume.
 
     ``inp`` is a (B, T) int32 array, ``C`` the channel count, ``dtype`` the storage dtype (it sets the
     channel-group width: 256 for bf16, 128 for fp32). See ``gpt2enc_edu.buckets`` for the order.
     A NumPy ``inp`` gives a ``BucketTable`` built with NumPy. A CuPy ``inp`` builds the same table on the
-    GPU and returns a ``gpu_buckets.DeviceBucketTable`` (``.to_host()`` gives the ``BucketTable``); it needs
-    ``V``, the vocabulary size. Where ``V`` is given, the ids are checked to lie in ``[0, V)``.
+    GPU, on the current stream, and returns a ``gpu_buckets.DeviceBucketTable`` in memory of its own
+    (``.to_host()`` gives the ``BucketTable``); it needs ``V``, the vocabulary size.
+
+    The ids are checked first: no id below 0, and where ``V`` is given none at ``V`` or above (on the GPU, a
+    reduction and a sync). ``check_ids=False`` reads no id and so needs no sync (for ids checked already, as
+    in a training step that builds the table right after the forward); bad ids then give a wrong table.
+
+    Either table can be built ahead and passed to ``encoder_backward(..., buckets=table)``.
     """
-    validate.bucket_args(inp, C, dtype)
+    check_ids = validate.check_flag("check_ids", check_ids)
+    validate.bucket_args(inp, C, dtype, check_ids)
     if V is not None:
         validate.check_int("V", V, minimum=1)
-        validate.check_ids_in_range(inp, int(V))
+        if check_ids:
+            validate.check_ids_in_range(inp, int(V))
     if backend.is_cupy_array(inp):
         if V is None:
             raise ValueError("V (the vocabulary size) is required to bucket CuPy ids on the GPU")
         backend.record("cuda")
-        with _hold("cuda", writes=(), reads=(inp,)):  # the table lives in the stream's reused workspace
-            return build_bucket_table_gpu(inp, int(C), np.dtype(dtype), int(V))
+        with _hold("cuda", writes=(), reads=(inp,)):  # built in the stream's reused workspace, then copied out
+            return build_bucket_table_gpu(inp, int(C), np.dtype(dtype), int(V)).copy()
     backend.record("numpy")
-    return buckets.build_bucket_table(inp, int(C), dtype)
+    return build_bucket_table(inp, int(C), dtype)
 
 
 def encoder_backward(dwte, dwpe, dout, inp, *, seed, method: str = "chunked", bucketing: str = "auto",
-                     check_ids: bool = True) -> None:
+                     buckets=None, check_ids: bool = True) -> None:
     """Accumulate the encoder's gradients in place: ``dwte[inp[b,t]] += dout[b,t]``, ``dwpe[t] += dout[b,t]``.
 
     Parameters
@@ -106,8 +115,14 @@ def encoder_backward(dwte, dwpe, dout, inp, *, seed, method: str = "chunked", bu
         arrays this copies the ids to the host and the table back, as llm.c does), ``"gpu"`` (built on
         the GPU with no host round trip, by ``gpu_buckets.bucketing_route``'s route; CuPy arrays only), or
         ``"auto"`` (``"gpu"`` for CuPy arrays, ``"cpu"`` for NumPy). Both give the same table, hence the same bits.
-    check_ids : verify ``0 <= inp < V`` first (on the GPU: a reduction and a sync). With ``False``,
-        out-of-range ids are undefined behaviour, as in llm.c.
+    buckets : the bucket table of these ids, built ahead with ``make_buckets(inp, C, dtype, V=V)`` (deterministic
+        methods only; ``bucketing`` then stays ``"auto"``). The call then only sums: in a training step the ids
+        are known at the forward, so the table can be built there, off the backward's critical path (the PyTorch
+        adapter does so on a side stream). Same bits as a call that builds the table itself.
+    check_ids : verify ``0 <= inp < V`` first (on the GPU: a reduction and a sync), and that ``buckets`` is the
+        table of these ids (by building it again and comparing: a check, not for a training loop). With
+        ``False``, out-of-range ids are undefined behaviour, as in llm.c, and a table of other ids gives wrong
+        gradients.
 
     The old contents of ``dwte``/``dwpe`` are added to, so gradient accumulation over calls works; in bf16
     the atomic methods round to nearest, so an update below half an ulp of the old value is lost on every
@@ -116,23 +131,39 @@ def encoder_backward(dwte, dwpe, dout, inp, *, seed, method: str = "chunked", bu
     threads that write the same memory run one after another; see ``docs/reliability.md``.
     """
     dims, seed = validate.backward_args(dwte, dwpe, dout, inp, seed, method, check_ids, bucketing)
+    if buckets is not None:
+        validate.check_buckets(buckets, dims, method, bucketing)
+        if check_ids:
+            _check_table_of_ids(buckets, inp, dims, method)
     with _hold(dims.backend, writes=(dwte, dwpe), reads=(dout, inp)):
-        _backward(dims, dwte, dwpe, dout, inp, seed, method, bucketing)
+        _backward(dims, dwte, dwpe, dout, inp, seed, method, bucketing, buckets)
 
 
-def _backward(dims, dwte, dwpe, dout, inp, seed: int, method: str, bucketing: str) -> None:
+def _check_table_of_ids(table, inp, dims, method: str) -> None:
+    """ValueError unless ``table`` is the table ``make_buckets`` builds for ``inp`` (built again and compared; for
+    CuPy arrays on the GPU, then copied to the host: a sync)."""
+    rows = method == "bucketed" or getattr(table, "has_bucket_rows", True)
+    fresh = make_buckets(inp, dims.C, dims.dtype, V=dims.V if dims.backend == "cuda" else None, check_ids=False)
+    host = [t if isinstance(t, BucketTable) else t.to_host(bucket_rows=rows) for t in (table, fresh)]
+    if not same_table(*host, bucket_rows=rows):
+        raise ValueError("buckets is not the bucket table of these ids; build it with make_buckets(inp, C, dtype, V=V) "
+                         "from the ids of this call")
+
+
+def _backward(dims, dwte, dwpe, dout, inp, seed: int, method: str, bucketing: str, table=None) -> None:
     """``encoder_backward`` after validation, with its memory held: the dispatch to a kernel or its mirror."""
     run = _runner(dims.backend)
     B, T, C = dims.B, dims.T, dims.C
     if method in ("atomic", "atomic_bf16"):
         run.encoder_backward_atomic(dwte, dwpe, dout, inp, B, T, C, bf16_atomics=(method == "atomic_bf16"))
         return
-    if dims.backend == "cuda" and bucketing != "cpu":
+    if dims.backend == "cuda" and (bucketing != "cpu" or table is not None):
         run.encoder_backward_deterministic_gpu_bucketing(dwte, dwpe, dout, inp, B, T, C, dims.V, seed,
-                                                         chunked=(method == "chunked"))
+                                                         chunked=(method == "chunked"), table=table)
         return
     # llm.c's route: the wpe kernel is queued first, so on a GPU it runs while the host builds the table.
     run.encoder_backward_wpe(dwpe, dout, B, T, C, seed)
-    table = buckets.build_bucket_table(backend.to_numpy(inp), C, dims.dtype)
+    if table is None:
+        table = build_bucket_table(backend.to_numpy(inp), C, dims.dtype)
     wte_kernel = run.encoder_backward_wte_chunked if method == "chunked" else run.encoder_backward_wte_bucketed
     wte_kernel(dwte, table, dout, C, seed)

@@ -19,12 +19,13 @@ kernels read. ``to_host()`` waits, trims, and returns an ordinary ``BucketTable`
 chunked wte kernels): the one-block route then skips the bucket rows, and the table says so (``has_bucket_rows``).
 
 Buffers come from a per-(device, stream, size) workspace that is reused from call to call, so a table is
-valid until the next GPU bucketing of the same size on the same stream; ``to_host()`` copies it out.
+valid until the next GPU bucketing of the same size on the same stream; ``copy()`` gives it memory of its own
+(``make_buckets`` returns such a copy), ``to_host()`` copies it out.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -122,13 +123,30 @@ class DeviceBucketTable:
             raise ValueError(f"{reader} reads the bucket rows, and this table was built without them "
                              "(build_bucket_table_gpu(..., bucket_rows=False)); build it with bucket_rows=True")
 
-    def to_host(self) -> BucketTable:
-        """Wait for the GPU and return the table as NumPy arrays, trimmed to its real size."""
-        self.require_bucket_rows("to_host()")
+    def copy(self) -> "DeviceBucketTable":
+        """The same table in device memory of its own, copied on the current stream.
+
+        A table from ``build_bucket_table_gpu`` lives in its stream's workspace, which the next table of its size
+        on that stream overwrites; a copy stays valid as long as it is referenced (a table built ahead of the
+        backward, ``encoder_backward(..., buckets=table)``). Rows past the table's size are copied too: the
+        wte kernels read them (and skip them).
+        """
+        return replace(self, info=self.info.copy(), bt_list=self.bt_list.copy(), units=self.units.copy(),
+                       counters=self.counters.copy())
+
+    def to_host(self, *, bucket_rows: bool = True) -> BucketTable:
+        """Wait for the GPU and return the table as NumPy arrays, trimmed to its real size.
+
+        ``bucket_rows=False`` leaves the bucket rows out (``info`` then has no rows), which a table built without
+        them allows; with ``True`` such a table is refused (ValueError).
+        """
+        if bucket_rows:
+            self.require_bucket_rows("to_host()")
         counters = self.counters.get()
         num_buckets, num_units = int(counters[COUNTER_NUM_BUCKETS]), int(counters[COUNTER_NUM_UNITS])
-        return BucketTable(info=self.info[:num_buckets].get(), bt_list=self.bt_list.get(),
-                           units=self.units[:num_units].get(), C=self.C, dtype=np.dtype(self.dtype))
+        info = self.info[:num_buckets].get() if bucket_rows else np.empty((0, 4), np.int32)
+        return BucketTable(info=info, bt_list=self.bt_list.get(), units=self.units[:num_units].get(), C=self.C,
+                           dtype=np.dtype(self.dtype))
 
 
 def to_device(table) -> DeviceBucketTable:

@@ -32,6 +32,12 @@ What it does, and the decisions behind it:
   CPU ``torch.Generator`` (default: ``torch.default_generator``, so ``torch.manual_seed(s)`` makes a run
   reproducible). ``method`` is one of the package's (``"chunked"``, the fastest deterministic one, by
   default; ``"bucketed"``; ``"atomic"`` and ``"atomic_bf16"``, nondeterministic).
+* **The bucket table is built in the forward** (``bucket_ahead=True``, the default), where the deterministic
+  methods would build it on the GPU (CUDA tensors, ``bucketing`` ``"auto"`` or ``"gpu"``): the ids are known
+  there, so the table (``make_buckets``) is built on a side stream that waits only for the ids, while the model's
+  forward goes on; the backward waits for it and only sums. That takes the table off the backward's critical path
+  (docs/performance.md, part 12). Same bits either way. The table (about 4 MB at B=64, T=1024) is held until the
+  graph is freed. ``bucket_ahead=False`` builds it inside the backward, as ``encoder_backward`` does by itself.
 """
 
 from __future__ import annotations
@@ -43,8 +49,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from .encoder import encoder_backward, encoder_forward
+from .encoder import encoder_backward, encoder_forward, make_buckets
 from .rounding import bfloat16
+from .validate import DETERMINISTIC_METHODS, check_flag
 
 __all__ = ["EncoderFunction", "GPT2Embedding", "as_array", "draw_seed", "encoder", "from_array", "on_torch_stream"]
 
@@ -133,18 +140,48 @@ def _check_tensors(inp: torch.Tensor, wte: torch.Tensor, wpe: torch.Tensor) -> N
             raise ValueError(f"{name} is on {t.device} but inp is on {inp.device}; put them on one device")
 
 
+_side_streams: dict = {}
+
+
+def _side_stream(device: torch.device) -> torch.cuda.Stream:
+    """One side stream per CUDA device, on which forwards build their bucket tables."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _side_streams:
+        _side_streams[index] = torch.cuda.Stream(device=index)
+    return _side_streams[index]
+
+
+def _bucket_ahead(ids: torch.Tensor, C: int, dtype: torch.dtype, V: int):
+    """Start building the bucket table of ``ids`` on the device's side stream; returns (table, ready event, stream).
+
+    The side stream first waits for the current stream (the ids are ready, and an earlier backward that read a
+    table whose memory this one may reuse is done). ``record_stream`` tells torch's allocator that the side stream
+    reads ``ids``, so their memory is not handed out again before that read is done.
+    """
+    main = torch.cuda.current_stream(ids.device)
+    side = _side_stream(ids.device)
+    side.wait_stream(main)
+    with torch.cuda.stream(side), on_torch_stream(ids.device):
+        table = make_buckets(as_array(ids), C, _STORAGE[dtype], V=V, check_ids=False)  # ids checked in forward
+    ids.record_stream(side)
+    ready = torch.cuda.Event()
+    ready.record(side)
+    return table, ready, side
+
+
 class EncoderFunction(torch.autograd.Function):
     """``out = wte[inp] + wpe[:T]`` with the package's kernels; see the module docstring for the rules.
 
-    ``EncoderFunction.apply(inp, wte, wpe, method, bucketing, generator, check_ids)``; ``encoder(...)`` is
-    the same with keyword defaults.
+    ``EncoderFunction.apply(inp, wte, wpe, method, bucketing, generator, check_ids, bucket_ahead)``;
+    ``encoder(...)`` is the same with keyword defaults (and no table built under ``torch.no_grad()``).
     """
 
     @staticmethod
-    def forward(ctx, inp, wte, wpe, method, bucketing, generator, check_ids):
+    def forward(ctx, inp, wte, wpe, method, bucketing, generator, check_ids, bucket_ahead=True):
         if not isinstance(inp, torch.Tensor):
             raise TypeError(f"inp must be a torch.Tensor of token ids, not {type(inp).__name__}")
         _check_tensors(inp, wte, wpe)
+        bucket_ahead = check_flag("bucket_ahead", bucket_ahead)
         ids = _ids_int32(inp, int(wte.shape[0]), check_ids)
         shape = (*ids.shape, wte.shape[1])
         out = torch.empty(shape, dtype=wte.dtype, device=wte.device)
@@ -153,6 +190,13 @@ class EncoderFunction(torch.autograd.Function):
         ctx.save_for_backward(ids)
         ctx.method, ctx.bucketing, ctx.generator = method, bucketing, generator
         ctx.tables = (tuple(wte.shape), tuple(wpe.shape), wte.dtype)
+        # The table, where the backward would build one on the GPU and a backward can run (a weight wants its
+        # gradient). A method or bucketing that is not one of the package's builds none here: the backward refuses
+        # it. (Grad mode is off inside forward: ``encoder`` passes bucket_ahead=False under torch.no_grad().)
+        ctx.ahead = None
+        if (bucket_ahead and wte.is_cuda and ids.numel() and method in DETERMINISTIC_METHODS
+                and bucketing in ("auto", "gpu") and any(ctx.needs_input_grad[1:3])):
+            ctx.ahead = _bucket_ahead(ids, int(wte.shape[1]), wte.dtype, int(wte.shape[0]))
         return out
 
     @staticmethod
@@ -165,22 +209,33 @@ class EncoderFunction(torch.autograd.Function):
         dwte = torch.zeros(wte_shape, dtype=dtype, device=dout.device)
         dwpe = torch.zeros(wpe_shape, dtype=dtype, device=dout.device)
         seed = draw_seed(ctx.generator)
+        table, bucketing = None, ctx.bucketing
+        if ctx.ahead is not None:
+            table, ready, side = ctx.ahead
+            torch.cuda.current_stream(dout.device).wait_event(ready)
+            bucketing = "auto"  # the table is built: bucketing "gpu" said where to build it
         with on_torch_stream(dout.device):
             encoder_backward(as_array(dwte), as_array(dwpe), as_array(dout), as_array(ids), seed=seed,
-                             method=ctx.method, bucketing=ctx.bucketing, check_ids=False)
+                             method=ctx.method, bucketing=bucketing, buckets=table, check_ids=False)
+        if ctx.ahead is not None:
+            # The table's memory goes back to CuPy's pool of the side stream when the graph is freed; the side
+            # stream's next use of it must come after this backward's kernels have read it.
+            side.wait_stream(torch.cuda.current_stream(dout.device))
         wants_wte, wants_wpe = ctx.needs_input_grad[1:3]
-        return None, dwte if wants_wte else None, dwpe if wants_wpe else None, None, None, None, None
+        return None, dwte if wants_wte else None, dwpe if wants_wpe else None, None, None, None, None, None
 
 
 def encoder(inp: torch.Tensor, wte: torch.Tensor, wpe: torch.Tensor, *, method: str = "chunked",
             bucketing: str = "auto", generator: torch.Generator | None = None,
-            check_ids: bool = True) -> torch.Tensor:
+            check_ids: bool = True, bucket_ahead: bool = True) -> torch.Tensor:
     """``wte[inp] + wpe[:T]`` as a differentiable torch op; ``inp`` (B, T) int32/int64 ids.
 
     ``method`` and ``bucketing`` are ``encoder_backward``'s; ``generator`` gives one seed per backward;
-    ``check_ids=False`` skips the id range check (a reduction and a sync).
+    ``check_ids=False`` skips the id range check (a reduction and a sync); ``bucket_ahead`` builds the bucket
+    table in the forward, on a side stream (see the module docstring).
     """
-    return EncoderFunction.apply(inp, wte, wpe, method, bucketing, generator, check_ids)
+    bucket_ahead = check_flag("bucket_ahead", bucket_ahead) and torch.is_grad_enabled()  # no graph, no backward
+    return EncoderFunction.apply(inp, wte, wpe, method, bucketing, generator, check_ids, bucket_ahead)
 
 
 class GPT2Embedding(nn.Module):
@@ -191,17 +246,19 @@ class GPT2Embedding(nn.Module):
     ``generator`` (a CPU ``torch.Generator``) gives the stochastic-rounding seeds; ``None`` uses torch's
     default one. ``check_ids`` checks every forward's ids against ``V``: one reduction and a host sync, which
     stops the CPU from queueing work ahead of the GPU; ``False`` skips it (bad ids then corrupt memory).
+    ``bucket_ahead`` builds the bucket table in the forward, on a side stream (see the module docstring).
     """
 
     def __init__(self, vocab_size: int, max_positions: int, channels: int, *, dtype=torch.bfloat16,
                  device=None, method: str = "chunked", bucketing: str = "auto",
-                 generator: torch.Generator | None = None, check_ids: bool = True):
+                 generator: torch.Generator | None = None, check_ids: bool = True, bucket_ahead: bool = True):
         super().__init__()
         if dtype not in _STORAGE:
             raise TypeError(f"dtype must be torch.bfloat16 or torch.float32, not {dtype}")
         self.wte = nn.Parameter(torch.empty(vocab_size, channels, dtype=dtype, device=device))
         self.wpe = nn.Parameter(torch.empty(max_positions, channels, dtype=dtype, device=device))
         self.method, self.bucketing, self.generator, self.check_ids = method, bucketing, generator, check_ids
+        self.bucket_ahead = bucket_ahead
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -210,7 +267,7 @@ class GPT2Embedding(nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return encoder(ids, self.wte, self.wpe, method=self.method, bucketing=self.bucketing,
-                       generator=self.generator, check_ids=self.check_ids)
+                       generator=self.generator, check_ids=self.check_ids, bucket_ahead=self.bucket_ahead)
 
     def extra_repr(self) -> str:
         V, C = self.wte.shape

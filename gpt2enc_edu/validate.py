@@ -35,6 +35,8 @@ from .layout import INT32_LIMIT, STORAGE_DTYPES, dtype_name, pack_size
 from .memory import data_pointer, overlap, spans
 
 METHODS = ("bucketed", "chunked", "atomic", "atomic_bf16")
+#: The methods that read a bucket table.
+DETERMINISTIC_METHODS = ("bucketed", "chunked")
 #: Where the deterministic methods' bucket table is built.
 BUCKETINGS = ("auto", "cpu", "gpu")
 
@@ -249,6 +251,41 @@ def backward_args(dwte, dwpe, dout, inp, seed, method, check_ids, bucketing="aut
     return Dims(B, T, C, V, maxT, dtype, backend), seed
 
 
+def check_buckets(buckets, dims: Dims, method: str, bucketing: str) -> None:
+    """A bucket table built ahead (``encoder_backward(..., buckets=...)``) fits this call.
+
+    It must be a ``BucketTable`` (NumPy or CuPy arrays alike; a host table is copied to the GPU for CuPy arrays)
+    or, for CuPy arrays, a ``DeviceBucketTable`` on the current device; built for this ``C``, dtype and ``B*T``;
+    with its bucket rows where the method reads them. Whether it is the table *of these ids* is checked by
+    ``encoder_backward`` when ``check_ids`` is on (that builds the table again).
+    """
+    from .buckets import BucketTable
+
+    if method not in DETERMINISTIC_METHODS:
+        raise ValueError(f"buckets is read by the deterministic methods {DETERMINISTIC_METHODS}, not by "
+                         f"method={method!r}; leave it out")
+    if bucketing != "auto":
+        raise ValueError(f"buckets is a table built already, bucketing={bucketing!r} says where to build one; "
+                         "give one of them")
+    device_table = type(buckets).__name__ == "DeviceBucketTable"
+    if not (isinstance(buckets, BucketTable) or device_table):
+        raise TypeError(f"buckets must be a bucket table from make_buckets, not {type(buckets).__name__}")
+    if device_table and dims.backend != "cuda":
+        raise TypeError("buckets is a table in GPU memory (DeviceBucketTable) and the arrays are NumPy; "
+                        "pass buckets.to_host()")
+    if device_table:
+        check_device({"buckets": buckets.bt_list})
+    if buckets.C != dims.C:
+        raise ValueError(f"buckets was built for C = {buckets.C}, but dout has C = {dims.C}")
+    if np.dtype(buckets.dtype) != dims.dtype:
+        raise ValueError(f"buckets was built for dtype {np.dtype(buckets.dtype)}, but the gradients are {dims.dtype}")
+    positions = int(buckets.bt_list.shape[0])
+    if positions != dims.B * dims.T:
+        raise ValueError(f"buckets holds {positions} positions, but inp has B*T = {dims.B * dims.T}")
+    if device_table and method == "bucketed":
+        buckets.require_bucket_rows("method='bucketed'")
+
+
 def check_int(name: str, value, *, minimum: int | None = None, maximum: int | None = None) -> int:
     """``value`` as a Python int: the one integer check of the package.
 
@@ -266,8 +303,8 @@ def check_int(name: str, value, *, minimum: int | None = None, maximum: int | No
     return value
 
 
-def bucket_args(inp, C, dtype) -> tuple[int, int, np.dtype]:
-    """Validate ``make_buckets``'s arguments; returns (B, T, dtype)."""
+def bucket_args(inp, C, dtype, check_ids: bool = True) -> tuple[int, int, np.dtype]:
+    """Validate ``make_buckets``'s arguments; returns (B, T, dtype). ``check_ids=False``: no id is read."""
     backend_of(inp=inp)
     B, T = check_ids_array(inp)
     try:
@@ -278,6 +315,6 @@ def bucket_args(inp, C, dtype) -> tuple[int, int, np.dtype]:
     C = check_int("C", C, minimum=1)
     _check_C(C, dtype, "C")
     check_index_range("inp", B * T * C, "B*T*C")
-    if int(inp.min()) < 0:
+    if check_ids and int(inp.min()) < 0:
         raise ValueError(f"inp holds token id {int(inp.min())}, ids must be >= 0")
     return B, T, dtype

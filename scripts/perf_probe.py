@@ -51,10 +51,6 @@ def check(ok: bool, what: str) -> None:
         FAILURES.append(what)
 
 
-def same_table(a, b) -> bool:
-    return all(np.array_equal(getattr(a, f), getattr(b, f)) for f in ("info", "bt_list", "units"))
-
-
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=".")
@@ -182,7 +178,7 @@ def main() -> int:
             for route in gpu_buckets.routes_for(B * T, V):
                 with stream:
                     got = gpu_buckets.build_bucket_table_gpu(g.inp, C, enc.bfloat16, V, route=route).to_host()
-                check(same_table(got, table_np), f"B={B} {kind} {route} table == NumPy table")
+                check(buckets.same_table(got, table_np), f"B={B} {kind} {route} table == NumPy table")
                 record(
                     B,
                     kind,

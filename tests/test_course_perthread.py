@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 
 from gpt2enc_edu import compare, mirror, reference
-from gpt2enc_edu.buckets import build_bucket_table
+from gpt2enc_edu.buckets import build_bucket_table, reorder_buckets
 from gpt2enc_edu.course import perthread
 from gpt2enc_edu.problems import poisoned, random_problem
 from gpt2enc_edu.rounding import bfloat16
@@ -59,9 +57,7 @@ def test_wte_bucketed_warps_form_in_any_bucket_order(rng, dtype, C, order, V):
     wherever the table lists them (found through the ballot over each block's candidates)."""
     p = _problem(rng, dtype, C=C, B=3, T=30, V=V)
     table = build_bucket_table(p.inp, p.C, dtype)
-    rows = {"built": np.arange(table.num_buckets), "reversed": np.arange(table.num_buckets)[::-1],
-            "shuffled": rng.permutation(table.num_buckets)}[order]
-    table = dataclasses.replace(table, info=np.ascontiguousarray(table.info[rows]))
+    table = reorder_buckets(table, order, rng=rng)
     assert (table.info[:, 1] > 8).any() and (V == 3 or (table.info[:, 1] <= 8).any())
     seed = int(rng.integers(2**32))
     got, want = p.dwte.copy(), p.dwte.copy()

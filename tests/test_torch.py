@@ -70,15 +70,20 @@ def test_forward_is_encoder_forward(tt, device, rng, dtype):
     assert compare.bitwise_equal(tt.as_array(out), enc.encoder_forward(p.inp, p.wte, p.wpe))
 
 
+@pytest.mark.parametrize("bucket_ahead", [True, False], ids=["table-in-forward", "table-in-backward"])
 @pytest.mark.parametrize("method", DETERMINISTIC)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_backward_is_encoder_backward_with_the_drawn_seed(tt, device, rng, dtype, method):
+def test_backward_is_encoder_backward_with_the_drawn_seed(tt, device, rng, dtype, method, bucket_ahead):
     import torch
 
     p = random_problem(4, 32, 264 if dtype == bfloat16 else 132, 300, maxT=40, dtype=dtype, ids="zipf", rng=rng)
     ids, wte, wpe, dout = _tensors(tt, p, device)
     seed = int(rng.integers(2**31))
-    tt.encoder(ids, wte, wpe, method=method, generator=torch.Generator().manual_seed(seed)).backward(dout)
+    out = tt.encoder(ids, wte, wpe, method=method, generator=torch.Generator().manual_seed(seed),
+                     bucket_ahead=bucket_ahead)
+    # the forward built the table only where the backward would build one on the GPU
+    assert (out.grad_fn.ahead is not None) == (bucket_ahead and device.type == "cuda")
+    out.backward(dout)
     expected = p.on(_xp(device))
     expected.dwte[...] = 0
     expected.dwpe[...] = 0
@@ -202,6 +207,34 @@ def test_refusals(tt):
         tt.GPT2Embedding(10, 4, 8, dtype=torch.float16)
 
 
+def test_no_table_is_built_where_no_backward_or_no_gpu_bucketing_follows(tt):
+    """The forward builds a table only for a deterministic method bucketed on the GPU, with gradients wanted."""
+    import torch
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    ids = torch.zeros(1, 4, dtype=torch.int32, device=device)
+    wte = torch.zeros(10, 8, device=device, requires_grad=True)
+    wpe = torch.zeros(4, 8, device=device, requires_grad=True)
+    for options in (dict(method="atomic"), dict(bucketing="cpu"), dict(bucket_ahead=False)):
+        assert tt.encoder(ids, wte, wpe, **options).grad_fn.ahead is None
+    built = []
+    real = tt._bucket_ahead
+    tt._bucket_ahead = lambda *args: built.append(args) or real(*args)
+    try:
+        with torch.no_grad():  # no graph: no backward to build a table for
+            assert tt.encoder(ids, wte, wpe).grad_fn is None
+        tt.encoder(ids, wte.detach(), wpe.detach())  # no weight wants a gradient
+        assert not built
+        out = tt.encoder(ids, wte, wpe)
+        assert len(built) == (device.type == "cuda") and (out.grad_fn.ahead is not None) == (device.type == "cuda")
+    finally:
+        tt._bucket_ahead = real
+    with pytest.raises(TypeError, match="bucket_ahead must be True or False"):
+        tt.encoder(ids, wte, wpe, bucket_ahead="yes")
+    with pytest.raises(TypeError, match="bucket_ahead must be True or False"):
+        tt.EncoderFunction.apply(ids, wte, wpe, "chunked", "auto", None, True, 1)
+
+
 def test_method_is_checked_when_backward_runs(tt):
     import torch
 
@@ -234,6 +267,50 @@ def test_cuda_runs_on_the_current_stream_without_copies(tt, rng):
     assert torch.equal(out.view(torch.int16), reference_out.view(torch.int16))
     assert torch.equal(wte_side.grad.view(torch.int16), wte.grad.view(torch.int16))
     assert torch.equal(wpe_side.grad.view(torch.int16), wpe.grad.view(torch.int16))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("method", DETERMINISTIC)
+def test_training_steps_with_the_table_built_in_the_forward(tt, rng, method):
+    """Steps of fresh ids, each table built on the side stream in its forward and read by its backward (which
+    frees it for the next step's table), give every step the bits of ``encoder_backward`` building its own table;
+    so does a forward whose backward runs only after the next forward has built its table."""
+    import cupy
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA GPU")
+    device = torch.device("cuda")
+    problems = [random_problem(B, 1024, 768, 50257, maxT=1024, dtype=bfloat16, ids=kind, rng=rng)
+                for B, kind in ((1, "zipf"), (8, "real"), (8, "uniform"), (2, "zipf"))]
+
+    def expected(p, seed):
+        g = p.on(cupy)
+        g.dwte[...] = 0
+        g.dwpe[...] = 0
+        enc.encoder_backward(g.dwte, g.dwpe, g.dout, g.inp, seed=seed, method=method, bucketing="gpu")
+        return g.dwte, g.dwpe
+
+    def check(p, wte, wpe, seed):
+        dwte, dwpe = expected(p, tt.draw_seed(torch.Generator().manual_seed(seed)))
+        assert compare.bitwise_equal(tt.as_array(wte.grad), dwte)
+        assert compare.bitwise_equal(tt.as_array(wpe.grad), dwpe)
+
+    for step, p in enumerate(problems):  # one step after another
+        ids, wte, wpe, dout = _tensors(tt, p, device)
+        out = tt.encoder(ids, wte, wpe, method=method, generator=torch.Generator().manual_seed(step))
+        assert out.grad_fn.ahead is not None
+        out.backward(dout)
+        check(p, wte, wpe, step)
+    first, second = problems[1], problems[2]  # two forwards, then the two backwards in reverse order
+    ids1, wte1, wpe1, dout1 = _tensors(tt, first, device)
+    ids2, wte2, wpe2, dout2 = _tensors(tt, second, device)
+    out1 = tt.encoder(ids1, wte1, wpe1, method=method, generator=torch.Generator().manual_seed(11))
+    out2 = tt.encoder(ids2, wte2, wpe2, method=method, generator=torch.Generator().manual_seed(12))
+    out2.backward(dout2)
+    out1.backward(dout1)
+    check(first, wte1, wpe1, 11)
+    check(second, wte2, wpe2, 12)
 
 
 @pytest.mark.gpu

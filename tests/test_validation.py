@@ -952,3 +952,89 @@ def test_arrays_on_another_gpu_are_refused(rng):
         refuse_backward(ValueError, r"dwte lives on GPU 1 but the current device is GPU 0", dwte=far.dwte,
                         dwpe=near.dwpe, dout=near.dout, inp=near.inp)
         refuse_forward(ValueError, r"wte lives on GPU 1", inp=near.inp, wte=far.wte, wpe=near.wpe)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# a bucket table built ahead (encoder_backward(..., buckets=...))
+
+
+def _table_of(xp, p, dtype=None, **overrides):
+    """The table of problem ``p``'s ids on backend ``xp`` (``overrides``: other ids, C or dtype to build it for)."""
+    inp = overrides.get("inp", p.inp)
+    return enc.make_buckets(xp.asarray(inp), overrides.get("C", p.C), overrides.get("dtype", dtype or p.dwte.dtype),
+                            **_bucket_kwargs(xp))
+
+
+@pytest.mark.parametrize("method", ["atomic", "atomic_bf16"])
+def test_buckets_for_an_atomic_method(xp, rng, method):
+    p = problem(rng)
+    refuse_backward(ValueError, "buckets is read by the deterministic methods", method=method,
+                    buckets=_table_of(xp, p), **_backward_arrays(xp, p))
+
+
+@pytest.mark.parametrize("bucketing", ["cpu", "gpu"])
+def test_buckets_with_a_bucketing(xp, rng, bucketing):
+    if xp is np and bucketing == "gpu":
+        pytest.skip("bucketing='gpu' with NumPy arrays is refused for its own reason")
+    p = problem(rng)
+    refuse_backward(ValueError, f"bucketing='{bucketing}' says where to build one", bucketing=bucketing,
+                    buckets=_table_of(xp, p), **_backward_arrays(xp, p))
+
+
+@pytest.mark.parametrize("bad", [None, "table", {"info": 0}], ids=["none-kind", "str", "dict"])
+def test_buckets_must_be_a_table(xp, rng, bad):
+    if bad is None:
+        bad = problem(rng).inp  # an array is not a table
+    p = problem(rng)
+    refuse_backward(TypeError, "buckets must be a bucket table from make_buckets", buckets=bad,
+                    **_backward_arrays(xp, p))
+
+
+@pytest.mark.parametrize("method", ["bucketed", "chunked"])
+def test_buckets_built_for_other_sizes(xp, rng, method):
+    p = problem(rng)
+    arrays = _backward_arrays(xp, p)
+    refuse_backward(ValueError, f"built for C = {2 * C}, but dout has C = {C}", method=method,
+                    buckets=_table_of(xp, p, C=2 * C), **arrays)
+    refuse_backward(ValueError, "built for dtype float32, but the gradients are bfloat16", method=method,
+                    buckets=_table_of(xp, p, dtype=FP32), **arrays)
+    other = problem(rng, B=B + 1)
+    refuse_backward(ValueError, rf"holds {(B + 1) * T} positions, but inp has B\*T = {B * T}", method=method,
+                    buckets=_table_of(xp, other), **arrays)
+
+
+@pytest.mark.parametrize("method", ["bucketed", "chunked"])
+def test_buckets_of_other_ids(xp, rng, method):
+    """check_ids (the default) also checks that the table is the one of these ids; off, nothing is read."""
+    p = problem(rng)
+    other = p.inp.copy()
+    other[0, 0] = (other[0, 0] + 1) % V
+    refuse_backward(ValueError, "buckets is not the bucket table of these ids", method=method,
+                    buckets=_table_of(xp, p, inp=other), **_backward_arrays(xp, p))
+
+
+@pytest.mark.gpu
+def test_device_table_with_numpy_arrays(rng):
+    import cupy
+
+    p = problem(rng)
+    table = _table_of(cupy, p)
+    refuse_backward(TypeError, r"pass buckets.to_host\(\)", buckets=table, **_backward_arrays(np, p))
+
+
+@pytest.mark.gpu
+def test_table_without_bucket_rows_for_the_bucketed_method(rng):
+    import cupy
+
+    from gpt2enc_edu.gpu_buckets import build_bucket_table_gpu
+
+    p = problem(rng, B=1)  # one sequence: the one-block route, which skips the rows when asked
+    table = build_bucket_table_gpu(cupy.asarray(p.inp), C, BF16, V, bucket_rows=False)
+    assert not table.has_bucket_rows
+    refuse_backward(ValueError, "method='bucketed' reads the bucket rows", buckets=table,
+                    **_backward_arrays(cupy, p))
+
+
+def test_make_buckets_check_ids_must_be_a_bool(xp, rng):
+    refuse_buckets(TypeError, "check_ids must be True or False", xp.asarray(problem(rng).inp), C, BF16, check_ids=1,
+                   **_bucket_kwargs(xp))

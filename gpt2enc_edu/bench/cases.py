@@ -6,7 +6,9 @@ real GPT-2 text):
 * ``ours``: the forward; the atomic backward (fp32 accumulation, and bf16 atomics); the deterministic backward
   with the bucket table built on the CPU (llm.c's route: ids to the host, NumPy, table back to the GPU, a host
   sync included) and built on the GPU, and the chunked deterministic backward (GPU bucketing) -- each end to
-  end through the public API;
+  end through the public API -- and both deterministic methods with the table built ahead (``make_buckets``
+  before the timed call, ``encoder_backward(..., buckets=table)``: the backward of a training step whose table
+  was built in the forward, as the PyTorch adapter does);
 * ``piece``: the kernels those calls are made of, one at a time through the launchers of ``gpt2enc_edu.cuda``
   and ``gpu_buckets`` (no validation): the forward kernel, the wpe kernel, the GPU bucket table (whole, and as the
   chunked method builds it: no bucket rows), the bucketed and the chunked wte kernel with the table ready. They say
@@ -25,7 +27,7 @@ from typing import Callable
 import numpy as np
 
 from .. import cuda, gpu_buckets
-from ..encoder import encoder_backward, encoder_forward
+from ..encoder import encoder_backward, encoder_forward, make_buckets
 from ..rounding import bfloat16
 from ..tokens import KINDS
 from ..validate import check_ids_in_range
@@ -149,6 +151,24 @@ def case_chunked_gpu(w: Workload) -> Timed:
     return _backward(w, method="chunked", bucketing="gpu")
 
 
+def _backward_table_ahead(w: Workload, method: str) -> Timed:
+    """``encoder_backward(..., buckets=table)`` with the table built (and finished) before the timing starts."""
+    with w.stream:
+        table = make_buckets(w.inp, w.C, bfloat16, V=w.V)
+    w.stream.synchronize()
+    return _backward(w, method=method, buckets=table)  # its first, checked call also checks the table
+
+
+def case_chunked_ahead(w: Workload) -> Timed:
+    """The chunked deterministic backward with the table built ahead: the wpe kernel beside the wte kernels."""
+    return _backward_table_ahead(w, "chunked")
+
+
+def case_bucketed_ahead(w: Workload) -> Timed:
+    """The bucketed deterministic backward with the table built ahead."""
+    return _backward_table_ahead(w, "bucketed")
+
+
 # ---------------------------------------------------------------------------------------------- the pieces
 def case_forward_kernel(w: Workload) -> Timed:
     """The forward kernel alone (``cuda.encoder_forward``: no validation, no allocation)."""
@@ -244,6 +264,9 @@ CASES = (
          host_sync=True),
     Case("bucketed_gpu", "backward, deterministic, GPU bucketing", "ours", "backward", case_bucketed_gpu),
     Case("chunked_gpu", "backward, deterministic chunked, GPU bucketing", "ours", "backward", case_chunked_gpu),
+    Case("chunked_ahead", "backward, deterministic chunked, table built ahead", "ours", "backward",
+         case_chunked_ahead),
+    Case("bucketed_ahead", "backward, deterministic, table built ahead", "ours", "backward", case_bucketed_ahead),
     Case("torch_forward", "PyTorch F.embedding + wpe", "torch", "forward", case_torch_forward),
     Case("torch_backward", "PyTorch embedding backward + dwpe sum", "torch", "backward", case_torch_backward),
     Case("torch_backward_det", "PyTorch embedding backward + dwpe sum, deterministic", "torch", "backward",

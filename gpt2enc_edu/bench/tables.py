@@ -18,7 +18,8 @@ README_START = "<!-- bench-table:start -->"
 README_END = "<!-- bench-table:end -->"
 KIND_TITLES = {"uniform": "uniform ids", "zipf": "Zipf ids", "real": "real ids"}
 #: The README table's rows, in order (those measured; the pieces that say most about the backward).
-README_CASES = ("forward", "chunked_gpu", "bucketed_gpu", "bucketed_cpu", "atomic_bf16", "atomic_fp32",
+README_CASES = ("forward", "chunked_gpu", "bucketed_gpu", "chunked_ahead", "bucketed_ahead", "bucketed_cpu",
+                "atomic_bf16", "atomic_fp32",
                 "wpe_kernel", "gpu_buckets", "gpu_buckets_units", "wte_chunked_kernel", "wte_bucketed_kernel",
                 "make_buckets", "torch_forward", "torch_backward", "torch_backward_det")
 
