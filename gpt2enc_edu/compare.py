@@ -112,3 +112,22 @@ def checksum(x) -> str:
     bits = _bits(x).copy()
     bits[_isnan(x)] = 0x7FFF if x.dtype.itemsize == 2 else 0x7FFFFFFF
     return hashlib.sha256(bits.astype(bits.dtype.newbyteorder("<")).tobytes()).hexdigest()[:16]
+
+
+def wte_launcher_and_mirror(name: str, p, table, seed: int, *, mirror: bool = True, **choice):
+    """``(got, want)``: the wte launcher ``gpt2enc_edu.cuda.<name>`` (``choice``: e.g. its ``form``) run on a CuPy
+    copy of problem ``p``'s ``dwte``, and ``gpt2enc_edu.mirror.<name>`` on a NumPy copy, with the same host
+    ``table``, ``dout`` and ``seed`` (``mirror=False``: the launcher only, ``want`` None). GPU only; the GPU tests
+    and the sanitizer compare the two with ``bitwise_equal``."""
+    import cupy
+
+    from . import cuda
+    from . import mirror as mirrors
+
+    got = cupy.asarray(p.dwte)
+    getattr(cuda, name)(got, table, cupy.asarray(p.dout), p.C, seed, **choice)
+    if not mirror:
+        return got, None
+    want = np.array(p.dwte, copy=True)
+    getattr(mirrors, name)(want, table, p.dout, p.C, seed)
+    return got, want

@@ -52,7 +52,7 @@ if str(ROOT) not in sys.path:
 import numpy as np  # noqa: E402
 
 import gpt2enc_edu as enc  # noqa: E402
-from gpt2enc_edu import compare, mirror, reference, validate  # noqa: E402
+from gpt2enc_edu import compare, reference, validate  # noqa: E402
 from gpt2enc_edu.buckets import reorder_buckets  # noqa: E402
 from gpt2enc_edu.problems import count_poison, poisoned, random_problem  # noqa: E402
 from gpt2enc_edu.rounding import bfloat16  # noqa: E402
@@ -306,10 +306,9 @@ def _wte_form_case(name: str, shape, dtype, method: str, form: str) -> Case:
     if method not in ("chunked", "bucketed"):
         raise ValueError(f"method must be 'chunked' or 'bucketed', got {method!r}")
     chunked = method == "chunked"
-    launcher = cuda.encoder_backward_wte_chunked if chunked else cuda.encoder_backward_wte_bucketed
+    launcher = "encoder_backward_wte_chunked" if chunked else "encoder_backward_wte_bucketed"
     kernels = {cuda.CHUNK_WALKS[form], "encoder_backward_wte_chunk_combine_kernel"} if chunked \
         else {cuda.BUCKETED_FORMS[form]}
-    mirrored = getattr(mirror, launcher.__name__)
 
     def run(check: bool) -> str | None:
         import cupy
@@ -321,13 +320,11 @@ def _wte_form_case(name: str, shape, dtype, method: str, form: str) -> Case:
         if not chunked:
             tables.append(("reversed", reorder_buckets(table, "reversed")))
         for label, t in tables:
-            got = cupy.asarray(p.dwte)
-            launcher(got, t, cupy.asarray(p.dout), p.C, seed, **{"walk" if chunked else "form": form})
+            got, want = compare.wte_launcher_and_mirror(launcher, p, t, seed, mirror=check,
+                                                        **{"walk" if chunked else "form": form})
             cupy.cuda.Device().synchronize()
             if not check:
                 continue
-            want = p.dwte.copy()
-            mirrored(want, t, p.dout, p.C, seed)
             if not compare.bitwise_equal(got, want):
                 wrong = compare.count_bit_differences(got, want)
                 return f"dwte, table {label}: {wrong} elements differ from the mirror"

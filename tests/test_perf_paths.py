@@ -70,14 +70,8 @@ def test_bucketed_method_bitwise(rng, dtype, V):
 
 def assert_wte_kernel_gives_the_mirrors_bits(name: str, p, table, rng, **choice) -> None:
     """``cuda.<name>`` (with ``choice``, e.g. a kernel form) on a CuPy copy of ``p.dwte`` against ``mirror.<name>``
-    on a NumPy copy, the same host ``table`` and seed."""
-    import cupy
-
-    seed = int(rng.integers(2**32))
-    want = p.dwte.copy()
-    getattr(mirror, name)(want, table, p.dout, p.C, seed)
-    got = cupy.asarray(p.dwte)
-    getattr(cuda, name)(got, table, cupy.asarray(p.dout), p.C, seed, **choice)
+    on a NumPy copy, the same host ``table`` and seed (``compare.wte_launcher_and_mirror``)."""
+    got, want = compare.wte_launcher_and_mirror(name, p, table, int(rng.integers(2**32)), **choice)
     assert compare.bitwise_equal(got, want)
 
 
