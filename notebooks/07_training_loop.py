@@ -89,6 +89,11 @@ else:
 # `nn.Embedding`, so a tied LM head and gradient accumulation just work. Every backward draws a new
 # stochastic-rounding seed from a `torch.Generator`: seed the generator, and the seeds repeat.
 #
+# One thing it does that a plain call does not: the deterministic backward needs the bucket table of the ids,
+# and the ids are known at the forward. So on a GPU the forward starts the table on a side stream
+# (`bucket_ahead=True`), where it runs while the rest of the model computes, and the backward only sums
+# (`encoder_backward(..., buckets=table)`): the table leaves the backward's critical path, with the same bits.
+#
 # First, the adapter against the package's own calls, on this backend:
 
 # %%
