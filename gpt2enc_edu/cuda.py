@@ -95,11 +95,12 @@ def encoder_backward_wte_bucketed(dwte, table, dout, C: int, seed: int, *, form:
     llm.c's one block per bucket. Every form gives the same bits for any table, in any bucket order; on an H200 at
     B=64 the warps form took 79 / 255 / 141 us against 174 / 311 / 174 for the block form on uniform / Zipf / real
     ids (docs/performance.md, part 10)."""
-    if form is None:
-        form = bucketed_form(dout.nbytes, device_facts().l2_cache_bytes)
-    check_choice("form", form, tuple(BUCKETED_FORMS))
+    if form is not None:
+        check_choice("form", form, tuple(BUCKETED_FORMS))
     table = to_device(table)
     table.require_bucket_rows("the bucketed wte kernel")
+    if form is None:
+        form = bucketed_form(dout.nbytes, device_facts().l2_cache_bytes)
     kernel = get_kernel("encoder_backward_wte_bucketed.cu", BUCKETED_FORMS[form], dout.dtype)
     grid = table.max_buckets if form == "block" else bucketed_warps_grid(table.max_buckets)
     launch(kernel, grid, WTE_BLOCK_SIZE,
