@@ -83,8 +83,9 @@ def bucketed_form(dout_nbytes: int, l2_bytes: int) -> str:
     """The form of the bucketed wte kernel the package launches: ``"warps_prefetch"`` where dout fits easily in L2
     (``prefetch_rows``: B <= 8 at GPT-2 shapes on an H200), else ``"warps"``.
 
-    On an H200 the prefetch took the kernel from 10.2 to 9.1 us at B=1 on Zipf ids and from 35 to 29 at B=8, and
-    changed nothing on uniform ids (whose buckets are small); at B=64 it was slower (docs/performance.md, part 12)."""
+    On an H200, on Zipf ids, the prefetch took the kernel from 31.1 to 29.7 us at B=8 and from 9.1 to 8.9 at B=1 (in
+    an earlier run from 35 to 29 and from 10.2 to 9.1); it changed nothing on uniform ids (whose buckets are small),
+    and at B=64 it was slower on real ids (140 against 127-130 us; docs/performance.md, part 12)."""
     return "warps_prefetch" if prefetch_rows(dout_nbytes, l2_bytes) else "warps"
 
 

@@ -143,9 +143,9 @@ extern "C" __global__ void __launch_bounds__(WTE_BLOCK_SIZE, WTE_MIN_BLOCKS)
 // PREFETCH (the prefetch kernel): before a block sums a big bucket, each of its threads asks L2 for the bucket's rows
 // of items t, t + 256, ... (prefetch_l2: no register is held, nothing waits), so that the warps' chains of dependent
 // loads below find their rows in L2 instead of each waiting a full memory latency. Worth it where dout fits easily
-// in L2: on an H200 the kernel took 9.1 instead of 10.2 us at B=1 on Zipf ids, 29 instead of 35 at B=8, but 239
-// instead of 215-227 at B=64, where the prefetched lines push each other out (docs/performance.md, part 12). It is
-// a template parameter, not a kernel argument: with a run-time flag the compiler scheduled the loop below slower
+// in L2: on an H200, on Zipf ids, the kernel took 29.7 instead of 31.1 us at B=8 and 8.9 instead of 9.1 at B=1, but
+// 244 instead of 226-249 at B=64, where the prefetched lines push each other out (docs/performance.md, part 12). It
+// is a template parameter, not a kernel argument: with a run-time flag the compiler scheduled the loop below slower
 // even where the flag was off (299 against 227 us at B=64 on Zipf ids).
 template <bool PREFETCH>
 __device__ __forceinline__ void wte_bucketed_warps(floatX* dwte, const int4* bucket_info, const int* bt_list,
