@@ -254,12 +254,15 @@ def backward_args(dwte, dwpe, dout, inp, seed, method, check_ids, bucketing="aut
 def check_buckets(buckets, dims: Dims, method: str, bucketing: str) -> None:
     """A bucket table built ahead (``encoder_backward(..., buckets=...)``) fits this call.
 
-    It must be a ``BucketTable`` (NumPy or CuPy arrays alike; a host table is copied to the GPU for CuPy arrays)
-    or, for CuPy arrays, a ``DeviceBucketTable`` on the current device; built for this ``C``, dtype and ``B*T``;
-    with its bucket rows where the method reads them. Whether it is the table *of these ids* is checked by
-    ``encoder_backward`` when ``check_ids`` is on (that builds the table again).
+    It must be a ``BucketTable`` of NumPy arrays (copied to the GPU for CuPy arrays) or, for CuPy arrays, a
+    ``DeviceBucketTable`` on the current device; its arrays int32 and C-contiguous, ``info`` and ``units`` of 4
+    columns (the kernels read them as ``int4``); built for this ``C``, dtype and ``B*T``; with its bucket rows where
+    the method reads them. Whether it is the table *of these ids* is checked by ``encoder_backward`` when
+    ``check_ids`` is on (that builds the table again).
     """
+    from .backend import is_cupy_array
     from .buckets import BucketTable
+    from .gpu_buckets import DeviceBucketTable
 
     if method not in DETERMINISTIC_METHODS:
         raise ValueError(f"buckets is read by the deterministic methods {DETERMINISTIC_METHODS}, not by "
@@ -267,12 +270,27 @@ def check_buckets(buckets, dims: Dims, method: str, bucketing: str) -> None:
     if bucketing != "auto":
         raise ValueError(f"buckets is a table built already, bucketing={bucketing!r} says where to build one; "
                          "give one of them")
-    device_table = type(buckets).__name__ == "DeviceBucketTable"
+    device_table = isinstance(buckets, DeviceBucketTable)
     if not (isinstance(buckets, BucketTable) or device_table):
         raise TypeError(f"buckets must be a bucket table from make_buckets, not {type(buckets).__name__}")
+    arrays = {"info": buckets.info, "bt_list": buckets.bt_list, "units": buckets.units}
+    on_gpu = [name for name, array in arrays.items() if is_cupy_array(array)]
     if device_table and dims.backend != "cuda":
         raise TypeError("buckets is a table in GPU memory (DeviceBucketTable) and the arrays are NumPy; "
                         "pass buckets.to_host()")
+    if not device_table and on_gpu:
+        raise TypeError(f"buckets is a BucketTable whose {on_gpu[0]} is a CuPy array; a BucketTable holds NumPy "
+                        "arrays (make_buckets on CuPy ids gives a DeviceBucketTable)")
+    for name, array in arrays.items():
+        if not isinstance(array, np.ndarray) and not is_cupy_array(array):
+            raise TypeError(f"buckets.{name} must be an array, not {type(array).__name__}")
+        if array.dtype != np.int32:
+            raise TypeError(f"buckets.{name} must be int32, not {array.dtype}")
+        if array.ndim != (1 if name == "bt_list" else 2) or (name != "bt_list" and array.shape[1] != 4):
+            raise ValueError(f"buckets.{name} has shape {array.shape}, not "
+                             f"{'(B*T,)' if name == 'bt_list' else '(rows, 4)'}")
+        if not array.flags.c_contiguous:
+            raise ValueError(f"buckets.{name} must be C-contiguous")
     if device_table:
         check_device({"buckets": buckets.bt_list})
     if buckets.C != dims.C:

@@ -23,7 +23,7 @@
 //   llm.c's form:    grid = max_buckets (one block per bucket);
 //   the warps forms: grid = CEIL_DIV(max_buckets, 8) (gpt2enc_edu.layout.bucketed_warps_grid).
 // *num_buckets (device memory) is the table's size; max_buckets >= it is what the host knows without a sync
-// when the table was built on the GPU. Work past *num_buckets is skipped at once. The package launches both as
+// when the table was built on the GPU. Work past *num_buckets is skipped at once. The package launches all three as
 // programmatic dependents of the kernel before (common.cuh): they wait for it before they read anything.
 //
 // Inside a block of llm.c's form: lane `lane_id` of every warp owns channels c .. c + x128::size - 1 of the

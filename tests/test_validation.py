@@ -1038,3 +1038,29 @@ def test_table_without_bucket_rows_for_the_bucketed_method(rng):
 def test_make_buckets_check_ids_must_be_a_bool(xp, rng):
     refuse_buckets(TypeError, "check_ids must be True or False", xp.asarray(problem(rng).inp), C, BF16, check_ids=1,
                    **_bucket_kwargs(xp))
+
+
+@pytest.mark.parametrize("bad", ["int64", "3 columns", "strided"])
+def test_buckets_arrays_must_be_the_kernels_layout(xp, rng, bad):
+    """A hand-made BucketTable whose arrays the kernels would misread (they read int32, info and units as int4)."""
+    p = problem(rng)
+    table = enc.make_buckets(p.inp, C, BF16)  # a host table: the one kind a caller can assemble by hand
+    if bad == "int64":
+        table, match, exc = replace(table, bt_list=table.bt_list.astype(np.int64)), "bt_list must be int32", TypeError
+    elif bad == "3 columns":
+        table, match, exc = replace(table, info=np.ascontiguousarray(table.info[:, :3])), r"info has shape", ValueError
+    else:
+        wide = np.zeros((table.units.shape[0], 8), np.int32)
+        wide[:, ::2] = table.units
+        table, match, exc = replace(table, units=wide[:, ::2]), "units must be C-contiguous", ValueError
+    refuse_backward(exc, match, buckets=table, **_backward_arrays(xp, p))
+
+
+@pytest.mark.gpu
+def test_host_table_holding_cupy_arrays_with_numpy_arrays(rng):
+    import cupy
+
+    p = problem(rng)
+    table = enc.make_buckets(p.inp, C, BF16)
+    on_gpu = replace(table, bt_list=cupy.asarray(table.bt_list))
+    refuse_backward(TypeError, "a BucketTable holds NumPy arrays", buckets=on_gpu, **_backward_arrays(np, p))
