@@ -78,6 +78,28 @@ def as_array(t: torch.Tensor):
     return array.view(bfloat16) if bf16 else array
 
 
+#: NumPy dtypes of the torch dtypes the adapter views (bf16 travels as int16).
+_NUMPY_OF = {torch.int16: np.int16, torch.int32: np.int32, torch.int64: np.int64, torch.float32: np.float32}
+
+
+def _view(t: torch.Tensor):
+    """``as_array(t)`` for the adapter's own calls, which run inside ``on_torch_stream``: for a contiguous CUDA tensor,
+    a CuPy array over its memory built directly (the array holds ``t``, so the memory outlives it), without the
+    DLPack exchange and its stream bookkeeping, which cost the adapter more host time than the rest of a call (an
+    H200 run: about half a millisecond of a step's 2.2 ms at B=1; docs/performance.md, part 12). Other tensors
+    take ``as_array``."""
+    t = t.detach()
+    bf16 = t.dtype == torch.bfloat16
+    raw = t.view(torch.int16) if bf16 else t
+    if not (raw.is_cuda and raw.is_contiguous() and raw.numel() and raw.dtype in _NUMPY_OF):
+        return as_array(t)
+    import cupy
+
+    memory = cupy.cuda.UnownedMemory(raw.data_ptr(), raw.numel() * raw.element_size(), raw, raw.device.index)
+    array = cupy.ndarray(tuple(raw.shape), _NUMPY_OF[raw.dtype], cupy.cuda.MemoryPointer(memory, 0))
+    return array.view(bfloat16) if bf16 else array
+
+
 def from_array(array) -> torch.Tensor:
     """A zero-copy torch tensor of a NumPy or CuPy array (the inverse of ``as_array``)."""
     bf16 = array.dtype == bfloat16
@@ -162,7 +184,7 @@ def _bucket_ahead(ids: torch.Tensor, C: int, dtype: torch.dtype, V: int):
     side = _side_stream(ids.device)
     side.wait_stream(main)
     with torch.cuda.stream(side), on_torch_stream(ids.device):
-        table = make_buckets(as_array(ids), C, _STORAGE[dtype], V=V, check_ids=False)  # ids checked in forward
+        table = make_buckets(_view(ids), C, _STORAGE[dtype], V=V, check_ids=False)  # ids checked in forward
     ids.record_stream(side)
     ready = torch.cuda.Event()
     ready.record(side)
@@ -186,7 +208,7 @@ class EncoderFunction(torch.autograd.Function):
         shape = (*ids.shape, wte.shape[1])
         out = torch.empty(shape, dtype=wte.dtype, device=wte.device)
         with on_torch_stream(wte.device):
-            encoder_forward(as_array(ids), as_array(wte), as_array(wpe), out=as_array(out), check_ids=False)
+            encoder_forward(_view(ids), _view(wte), _view(wpe), out=_view(out), check_ids=False)
         ctx.save_for_backward(ids)
         ctx.method, ctx.bucketing, ctx.generator = method, bucketing, generator
         ctx.tables = (tuple(wte.shape), tuple(wpe.shape), wte.dtype)
@@ -215,7 +237,7 @@ class EncoderFunction(torch.autograd.Function):
             torch.cuda.current_stream(dout.device).wait_event(ready)
             bucketing = "auto"  # the table is built: bucketing "gpu" said where to build it
         with on_torch_stream(dout.device):
-            encoder_backward(as_array(dwte), as_array(dwpe), as_array(dout), as_array(ids), seed=seed,
+            encoder_backward(_view(dwte), _view(dwpe), _view(dout), _view(ids), seed=seed,
                              method=ctx.method, bucketing=bucketing, buckets=table, check_ids=False)
         if ctx.ahead is not None:
             # The table's memory goes back to CuPy's pool of the side stream when the graph is freed; the side
