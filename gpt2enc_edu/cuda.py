@@ -16,6 +16,9 @@ from .layout import (
     CHUNKED_WARPS_PER_BLOCK,
     COMBINE_THREADS,
     FORWARD_ROWS,
+    SMALL_BACKWARD_MAX_BT,
+    SMALL_BACKWARD_THREADS,
+    SMALL_MAX_V,
     WARP_SIZE,
     WPE_BLOCK_SIZE,
     WTE_BLOCK_SIZE,
@@ -182,6 +185,28 @@ def encoder_backward_wte_chunked(dwte, table, dout, C: int, seed: int, *, walk: 
            (dwte, table.units, partials, table.num_units_device, np.int32(C), np.uint32(seed)), after_kernel=True)
 
 
+def small_backward_fits(BT: int, V: int) -> bool:
+    """Whether ``encoder_backward_small`` takes a batch of BT ids of a vocabulary of V: at most
+    ``SMALL_BACKWARD_MAX_BT`` = 1024 ids (one sequence of GPT-2), each below ``SMALL_MAX_V`` (its sort keys)."""
+    return BT <= SMALL_BACKWARD_MAX_BT and V <= SMALL_MAX_V
+
+
+def encoder_backward_small(dwte, dwpe, dout, inp, B: int, T: int, C: int, seed: int) -> None:
+    """The chunked method's whole backward (dwte and dwpe) for at most 1024 ids, in one launch: every block sorts
+    the ids itself, so no bucket table is built and no other kernel runs (``kernels/encoder_backward_small.cu``).
+    Same bits as the wpe kernel and the chunked wte kernels on the GPU-built table.
+
+    The grid is as many blocks as the GPU holds at once (any grid gives the same bits). On an H200 at B=1, T=1024
+    the call's GPU time was 10.9 / 11.4 / 11.4 us on uniform / Zipf / real ids, against 15.7 / 20.2 / 20.0 for the
+    four kernels it replaces and 15.8 / 16.1 / 17.1 for the bucketed method (docs/performance.md, part 13)."""
+    if not small_backward_fits(B * T, SMALL_MAX_V):
+        raise ValueError(f"encoder_backward_small takes at most {SMALL_BACKWARD_MAX_BT} ids, not B*T = {B * T}")
+    file_name, kernel_name = "encoder_backward_small.cu", "encoder_backward_small_kernel"
+    grid = blocks_per_sm(file_name, kernel_name, dout.dtype, SMALL_BACKWARD_THREADS) * device_facts().sm_count
+    launch(get_kernel(file_name, kernel_name, dout.dtype), grid, SMALL_BACKWARD_THREADS,
+           (dwte, dwpe, inp, dout, np.int32(B), np.int32(T), np.int32(C), np.uint32(seed)))
+
+
 _side_streams: dict = {}
 
 
@@ -201,7 +226,8 @@ def encoder_backward_deterministic_gpu_bucketing(dwte, dwpe, dout, inp, B: int, 
                                                  seed: int, *, chunked: bool, table=None) -> None:
     """The GPU bucketing and then the wte kernel on the caller's stream, the wpe kernel beside them on a side
     stream: no host round trip, no host sync. ``table``: a table of these ids built ahead (``make_buckets``; a host
-    table is copied over), which the wte kernel reads instead of building one.
+    table is copied over), which the wte kernel reads instead of building one. For the chunked method, a batch of at
+    most 1024 ids without a table goes to ``encoder_backward_small`` instead: one kernel does it all.
 
     The wte kernel needs the table, the wpe kernel needs neither: the chain table -> wte is the critical path,
     and it runs on the caller's stream with no event between its kernels (on sm_90 and newer each wte kernel is
@@ -214,6 +240,9 @@ def encoder_backward_deterministic_gpu_bucketing(dwte, dwpe, dout, inp, B: int, 
     way at B=64; docs/performance.md, part 4.) The wpe kernel's blocks are 1024 threads wide (``WPE_BLOCK_SIZE``),
     so that it leaves SMs free for the table's one-block kernel (part 9).
     """
+    if chunked and table is None and small_backward_fits(B * T, V):
+        encoder_backward_small(dwte, dwpe, dout, inp, B, T, C, seed)  # one launch, its own sort: no table, no wpe
+        return
     cupy = cupy_module()
     main = cupy.cuda.get_current_stream()
     side, inputs_ready, wpe_done = _side_stream(main)
@@ -271,6 +300,7 @@ __all__ = [
     "DeviceBucketTable",
     "encoder_backward_atomic",
     "encoder_backward_deterministic_gpu_bucketing",
+    "encoder_backward_small",
     "encoder_backward_wpe",
     "encoder_backward_wte_bucketed",
     "encoder_backward_wte_chunked",

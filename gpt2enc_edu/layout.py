@@ -124,6 +124,11 @@ SMALL_KEYS = 2
 SMALL_MAX_BT = SMALL_THREADS * SMALL_KEYS
 SMALL_MAX_V = 1 << 22
 
+#: The one-launch backward of one short batch (``kernels/encoder_backward_small.cu``): its block and the most ids
+#: it takes (its keys are the one-block table's: ids below ``SMALL_MAX_V``).
+SMALL_BACKWARD_THREADS = 512
+SMALL_BACKWARD_MAX_BT = 1024
+
 
 #: Batch rows per thread of the fp32 atomic backward's rows kernel (``ATOMIC_ROWS`` in encoder_backward_atomic.cu).
 ATOMIC_ROWS = 8

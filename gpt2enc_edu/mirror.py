@@ -16,6 +16,9 @@ loops here, so the order of every sum is the kernel's order.
   kernels of the same names, with the same flat fp32 ``partials`` layout; ``encoder_backward_wte_chunked``
   runs the pair as the launcher does. The chunk kernel's staged form (``..._chunked_staged_kernel``) has the
   same twin: it moves the rows through shared memory, and adds the same rows in the same order
+* ``encoder_backward_small`` <-> ``encoder_backward_small_kernel`` (the chunked method's whole backward of at most
+  1024 ids in one launch): its sort and segments, then the same sums as the chunk, combine and wpe kernels (the
+  kernel file says why), which their mirrors do
 * ``encoder_backward_atomic`` <-> ``encoder_backward_atomic_fp32_kernel`` / ``..._bf16_kernel``
 * the bucket table's kernels have their twins: the scatter route (``bucketing_scatter.cu``, six kernels) in
   ``mirror_bucketing_scatter.py``, the cooperative ``bucketing_kernel`` phase by phase in ``mirror_bucketing.py``,
@@ -33,7 +36,16 @@ from __future__ import annotations
 import numpy as np
 
 from .buckets import BucketTable
-from .layout import CHUNK_ITEMS, WARP_SIZE, WTE_WARPS, c_per_group, ceil_div, num_c_groups, pack_size
+from .layout import (
+    CHUNK_ITEMS,
+    SMALL_BACKWARD_MAX_BT,
+    WARP_SIZE,
+    WTE_WARPS,
+    c_per_group,
+    ceil_div,
+    num_c_groups,
+    pack_size,
+)
 from .rounding import (
     NOISE_STREAM_DWPE,
     NOISE_STREAM_DWTE,
@@ -257,6 +269,38 @@ def encoder_backward_wte_chunked(dwte, table: BucketTable, dout, C: int, seed: i
     partials = np.zeros(num_multi_chunk_units * c_padded, dtype=np.float32)
     encoder_backward_wte_chunked_kernel(dwte, units, table.bt_list, dout, partials, table.num_units, C, seed)
     encoder_backward_wte_chunk_combine_kernel(dwte, units, partials, table.num_units, C, seed)
+
+
+def encoder_backward_small(dwte, dwpe, dout, inp, B: int, T: int, C: int, seed: int) -> None:
+    """Mirror of ``encoder_backward_small_kernel``: the chunked method's backward of at most 1024 ids, one launch.
+
+    Phases 1-2 as the kernel's blocks do them: the keys ``(id << 10) | bt`` sorted (so each token's positions come
+    in bt order) and cut into segments, one per distinct token. Phase 4 sums each token by chunks of
+    ``CHUNK_ITEMS`` positions, the partials in chunk order: a block token's threads do so pass by pass, a warp task
+    (a single chunk) in registers. Which threads do it is all that differs from the chunk and combine kernels, so
+    the tokens' chunks become units (token, chunk, start, count) in segment order and those kernels' mirrors do the
+    sums; phase 5 is the wpe kernel's sum, and its mirror does it.
+    """
+    if B * T > SMALL_BACKWARD_MAX_BT:
+        raise ValueError(f"encoder_backward_small takes at most {SMALL_BACKWARD_MAX_BT} ids, not B*T = {B * T}")
+    pos_bits = SMALL_BACKWARD_MAX_BT.bit_length() - 1  # the key's low bits hold any position
+    # 1. The positions sorted by token id (bt ascending inside a token: bt is the key's low bits).
+    key = np.sort((inp.reshape(-1).astype(np.int64) << pos_bits) | np.arange(B * T))
+    token, bt = key >> pos_bits, key & ((1 << pos_bits) - 1)
+    # 2. Segments: slot p starts one where its id differs from slot p - 1's.
+    seg_start = np.flatnonzero(np.concatenate(([True], token[1:] != token[:-1])))
+    count = np.diff(np.append(seg_start, B * T))
+    # 4. The tokens' chunks as units, then the chunk kernel's and the combine kernel's sums.
+    num_chunks = ceil_div(count, CHUNK_ITEMS)
+    seg = np.repeat(np.arange(seg_start.size), num_chunks)
+    chunk = np.arange(seg.size) - np.repeat(np.cumsum(num_chunks) - num_chunks, num_chunks)
+    units = np.stack([token[seg_start[seg]], chunk, seg_start[seg], count[seg]], axis=1).astype(np.int32)
+    c_padded = num_c_groups(C, dout.dtype) * c_per_group(dout.dtype)
+    partials = np.zeros(units.shape[0] * c_padded, dtype=np.float32)
+    encoder_backward_wte_chunked_kernel(dwte, units, bt.astype(np.int32), dout, partials, units.shape[0], C, seed)
+    encoder_backward_wte_chunk_combine_kernel(dwte, units, partials, units.shape[0], C, seed)
+    # 5. dwpe.
+    encoder_backward_wpe(dwpe, dout, B, T, C, seed)
 
 
 def encoder_backward_atomic(dwte, dwpe, dout, inp, B: int, T: int, C: int, *, bf16_atomics: bool, rng=None):

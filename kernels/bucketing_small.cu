@@ -14,13 +14,9 @@
 // (uniform / Zipf / real ids, as graph replays) with 256 threads x 4 keys, 7.5 / 6.6 / 6.3 us with 512 x 2 and
 // 8.9 / 8.4 / 8.2 us with 1024 x 1 (docs/performance.md, part 4; phase 3 was then a second sort).
 //
-// The sort (block_bitonic_sort) is a bitonic network over all 1024 elements (padding keys sort last): rounds
-// k = 2, 4, ..., 1024, and in each round steps j = k/2, ..., 1 that compare-exchange elements p and p ^ j (the
-// lower index keeps the smaller key where (p & k) == 0, the larger elsewhere). Of the 55 steps, the partner is in
-// the same thread for the 10 with j = 1 (a register swap), in the same warp for the 35 with 2 <= j < 64 (a
-// __shfl_xor_sync, no barrier), in another warp only for the 10 with j >= 64 (shared memory, one __syncthreads
-// each; two buffers alternate so a step's writes never meet the reads of the step before). Every key is unique,
-// so the sorted order has one answer.
+// The sort is block_sort.cuh's bitonic network over all 1024 elements (padding keys sort last): of its 55 steps, 10
+// are register swaps, 35 shuffles inside a warp and 10 go through shared memory. Every key is unique, so the sorted
+// order has one answer. (encoder_backward_chunked_small.cu sorts the same keys the same way in every block.)
 //
 // Phases (`stop_after` = k > 0 ends the kernel after phase k, < 0 at once; gpt2enc_edu.gpu_buckets.phase_times_us
 // times these truncated runs):
@@ -46,7 +42,7 @@
 // Requires 1 <= BT <= SMALL_MAX_BT and ids < SMALL_MAX_V (checked by the package). counters as in bucketing.cu.
 // The kernel calls allow_next_grid() after phase 2: the wte kernel launched after it (as a programmatic
 // dependent) is set up while the last phases run, and waits for it inside (common.cuh).
-#include "common.cuh"
+#include "block_sort.cuh"
 
 #define SMALL_THREADS 512
 #define SMALL_KEYS 2
@@ -66,8 +62,6 @@
 static_assert(SMALL_GROUPS == WARP_SIZE, "phase 3 scans one group per lane");
 #define SMALL_BIG_CLASS 0  // tokens seen more than SMALL_CHUNK_ITEMS times
 #define SMALL_NO_CLASS (-1)  // no token (segments past num_distinct)
-// Steps with j below this exchange through shuffles (j / SMALL_KEYS lanes apart), from it on through shared memory.
-#define SMALL_WARP_SPAN (WARP_SIZE * SMALL_KEYS)
 
 // counters[] slots, as in bucketing.cu
 #define SMALL_COUNTER_NUM_DISTINCT 0
@@ -75,56 +69,6 @@ static_assert(SMALL_GROUPS == WARP_SIZE, "phase 3 scans one group per lane");
 #define SMALL_COUNTER_NUM_CLASSES 2
 #define SMALL_COUNTER_NUM_BUCKETS 3
 #define SMALL_COUNTER_NUM_UNITS 4
-
-// Put the pair (a, b) in the order the direction asks: ascending leaves the smaller key in a.
-__device__ void compare_exchange(unsigned int& a, unsigned int& b, bool ascending) {
-    unsigned int lo = min(a, b), hi = max(a, b);
-    a = ascending ? lo : hi;
-    b = ascending ? hi : lo;
-}
-
-// Sort the block's SMALL_MAX_BT elements ascending. Thread i passes the keys of its SMALL_KEYS elements in key[] and
-// gets the keys of those ranks back; unused elements hold SMALL_NO_KEY and sort last. Every thread calls it.
-// The network is the same for every call, so it is unrolled completely: every k, j and direction below is a
-// constant for the compiler, and a step costs a few instructions. buf: 2 * SMALL_MAX_BT words of shared memory,
-// free again when it returns.
-__device__ void block_bitonic_sort(unsigned int (&key)[SMALL_KEYS], unsigned int* buf) {
-    int first = threadIdx.x * SMALL_KEYS;  // this thread's first element
-    int parity = 0;
-#pragma unroll
-    for (int k = 2; k <= SMALL_MAX_BT; k <<= 1) {  // round k: sorted runs of k/2 become sorted runs of k
-#pragma unroll
-        for (int j = k >> 1; j > 0; j >>= 1) {
-            if (j < SMALL_KEYS) {  // both elements of every pair are this thread's: swap registers
-#pragma unroll
-                for (int q = 0; q < SMALL_KEYS; q++) {
-                    if ((q & j) == 0) { compare_exchange(key[q], key[q | j], ((first + q) & k) == 0); }
-                }
-                continue;
-            }
-            // j >= SMALL_KEYS: element first + q pairs with element (first + q) ^ j, slot q of another thread
-            unsigned int other[SMALL_KEYS];
-            if (j < SMALL_WARP_SPAN) {
-#pragma unroll
-                for (int q = 0; q < SMALL_KEYS; q++) {
-                    other[q] = __shfl_xor_sync(0xffffffffu, key[q], j / SMALL_KEYS);
-                }
-            } else {
-                unsigned int* step = buf + parity * SMALL_MAX_BT;
-                parity ^= 1;
-#pragma unroll
-                for (int q = 0; q < SMALL_KEYS; q++) { step[first + q] = key[q]; }
-                __syncthreads();
-#pragma unroll
-                for (int q = 0; q < SMALL_KEYS; q++) { other[q] = step[(first + q) ^ j]; }
-            }
-            bool keep_min = ((first & j) == 0) == ((first & k) == 0);  // the same for all of the thread's elements
-#pragma unroll
-            for (int q = 0; q < SMALL_KEYS; q++) { key[q] = keep_min ? min(key[q], other[q]) : max(key[q], other[q]); }
-        }
-    }
-    __syncthreads();  // every exchange is read: buf may be reused right after
-}
 
 extern "C" __global__ void __launch_bounds__(SMALL_THREADS)
     bucketing_small_kernel(const int* inp, int BT, int num_c_groups, int4* bucket_info, int4* units, int* bt_list,
@@ -154,7 +98,7 @@ extern "C" __global__ void __launch_bounds__(SMALL_THREADS)
         int p = first + q;
         key[q] = p < BT ? ((unsigned int)inp[p] << SMALL_POS_BITS) | (unsigned int)p : SMALL_NO_KEY;
     }
-    block_bitonic_sort(key, buf);
+    block_bitonic_sort<SMALL_THREADS, SMALL_KEYS>(key, buf);
 #pragma unroll
     for (int q = 0; q < SMALL_KEYS; q++) { sorted[first + q] = key[q]; }
     if (threadIdx.x == 0) { num_classes = 0; }

@@ -143,6 +143,11 @@ def _backward_kernels(method: str, dtype, shape, bucketing: str | None) -> froze
             return frozenset({"encoder_backward_atomic_widen_kernel", "encoder_backward_atomic_fp32_rows_kernel",
                               "encoder_backward_atomic_narrow_kernel"})
         return frozenset({"encoder_backward_atomic_fp32_rows_kernel"})
+    if method == "chunked" and bucketing in ("gpu", "auto", None):
+        from gpt2enc_edu import cuda
+
+        if cuda.small_backward_fits(B * T, V):  # one launch does it all, with its own sort of the ids
+            return frozenset({"encoder_backward_small_kernel"})
     # chunked: the combine kernel, and one of the chunk kernel's two forms, which the package picks on the GPU
     # (cuda.chunk_walk); the chunk-walk cases launch each form by name. bucketed: one of the warps forms, which the
     # package picks on the GPU by dout's size (cuda.bucketed_form); the bucketed-form cases launch each by name.
@@ -234,9 +239,12 @@ def _backward_case(name: str, shape, dtype, method: str, bucketing: str | None) 
 
     atomic_fp32 = "atomic fp32 rows kernel" + (" between the widen and narrow kernels (bf16 storage)"
                                                if dtype.itemsize == 2 else "")
+    launched = _backward_kernels(method, dtype, shape, bucketing)
     kernels = {"atomic": atomic_fp32, "atomic_bf16": "atomic bf16 kernel"}.get(
         method, f"wpe kernel + {method} wte kernel, bucket table built on the {bucketing or 'default side'}")
-    return Case(name, run, kernels, _backward_kernels(method, dtype, shape, bucketing))
+    if "encoder_backward_small_kernel" in launched:
+        kernels = "the chunked backward in one launch (its own sort of the ids, dwte, dwpe)"
+    return Case(name, run, kernels, launched)
 
 
 def _atomic_fp32_plain_case(name: str, shape, dtype) -> Case:
@@ -413,6 +421,12 @@ def default_cases() -> list[Case]:
             if shape_name in ("B1-T1-C8", "ordinary", "one-item-buckets", "thousands-per-bucket", "big-bucketing"):
                 for route in _routes_for(shape):
                     cases.append(_route_case(f"bucketing-{route}/{dtype_name}/{shape_name}", shape, dtype, route))
+    # The one-launch chunked backward's longest path: one sequence of 3 distinct ids, so every token is a block task
+    # of 11 chunks (two passes of 8), in 2 channel groups, the second with idle threads.
+    for dtype_name, dtype in DTYPES.items():
+        C = 264 if dtype.itemsize == 2 else 132
+        cases.append(_backward_case(f"backward-chunked-gpu/{dtype_name}/one-sequence-3-ids",
+                                    (1, 1024, C, 3, 1024, "uniform"), dtype, "chunked", "gpu"))
     if "bench_spin_kernel" in kernel_names():
         cases.append(_bench_spin_case())
     return cases

@@ -286,6 +286,19 @@ def test_breakdown_table_by_hand():
     assert tables.breakdown_markdown([r for r in rows if r["case"] != "gpu_buckets"], "uniform") == []
 
 
+def test_the_chunked_table_share_says_where_one_launch_builds_none():
+    """At B=1 (1024 ids) the chunked call is one kernel with its own sort: no table, so no share of one; from B=2 on
+    it builds the table again."""
+    rows = fake_results(batch_sizes=(1, 2), kinds=("uniform",)).rows
+    assert cases.chunked_call_builds_table(2) and not cases.chunked_call_builds_table(1)
+    lines = tables.breakdown_markdown(rows, "uniform")
+    one, two = (next(line for line in lines if line.startswith(f"| {B} |")) for B in (1, 2))
+    assert "| none (one launch) |" in one and "none" not in two
+    assert "| none (one launch) |" not in "\n".join(tables.breakdown_markdown(rows, "uniform", T=2048))
+    block = tables.readme_block(rows, fake_results(batch_sizes=(1, 2), kinds=("uniform",)).meta, B=1)
+    assert "| bucket table's share of the chunked backward | none (one launch) |" in block
+
+
 def test_markdown_lists_failures():
     results = fake_results()
     meta = dict(results.meta, failures=[dict(case="bucketed_gpu", ids="zipf", B=64, error="RuntimeError: boom")])

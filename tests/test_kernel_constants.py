@@ -29,6 +29,9 @@ def _defines(file_name: str) -> dict[str, int]:
     ("bucketing.cu", "COUNTER_NUM_BUCKETS", layout.COUNTER_NUM_BUCKETS),
     ("bucketing.cu", "COUNTER_NUM_UNITS", layout.COUNTER_NUM_UNITS),
     ("bucketing_small.cu", "SMALL_THREADS", layout.SMALL_THREADS),
+    ("encoder_backward_small.cu", "SMALL_BACKWARD_THREADS", layout.SMALL_BACKWARD_THREADS),
+    ("encoder_backward_small.cu", "SMALL_BACKWARD_MAX_BT", layout.SMALL_BACKWARD_MAX_BT),
+    ("encoder_backward_small.cu", "CHUNK_ITEMS", layout.CHUNK_ITEMS),
     ("bucketing_scatter.cu", "SCATTER_THREADS", layout.SCATTER_THREADS),
     ("bucketing_scatter.cu", "SCATTER_SMALL_BLOCK", layout.SCATTER_SMALL_BLOCK),
     ("bucketing_scatter.cu", "SCATTER_MAX_BT", layout.SCATTER_MAX_BT),
@@ -72,3 +75,10 @@ def test_small_bucketing_constants_match():
     assert defines["SMALL_CHUNK_ITEMS"] == layout.CHUNK_ITEMS
     for slot in ("NUM_DISTINCT", "MAX_COUNT", "NUM_CLASSES", "NUM_BUCKETS", "NUM_UNITS"):
         assert defines[f"SMALL_COUNTER_{slot}"] == getattr(layout, f"COUNTER_{slot}")
+
+
+def test_small_backward_constants_match():
+    defines = _defines("encoder_backward_small.cu")
+    assert defines["SMALL_BACKWARD_MAX_BT"] == layout.SMALL_BACKWARD_THREADS * defines["SMALL_BACKWARD_KEYS"]
+    assert 1 << defines["SMALL_BACKWARD_POS_BITS"] == layout.SMALL_BACKWARD_MAX_BT  # a position fits the key
+    assert layout.SMALL_MAX_V == 1 << (32 - defines["SMALL_BACKWARD_POS_BITS"])  # and an id the rest (cuda's check)

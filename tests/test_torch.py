@@ -76,7 +76,8 @@ def test_forward_is_encoder_forward(tt, device, rng, dtype):
 def test_backward_is_encoder_backward_with_the_drawn_seed(tt, device, rng, dtype, method, bucket_ahead):
     import torch
 
-    p = random_problem(4, 32, 264 if dtype == bfloat16 else 132, 300, maxT=40, dtype=dtype, ids="zipf", rng=rng)
+    # 1200 ids: the chunked method's backward too reads a table (at most 1024 it is one kernel with its own sort)
+    p = random_problem(4, 300, 264 if dtype == bfloat16 else 132, 300, maxT=310, dtype=dtype, ids="zipf", rng=rng)
     ids, wte, wpe, dout = _tensors(tt, p, device)
     seed = int(rng.integers(2**31))
     out = tt.encoder(ids, wte, wpe, method=method, generator=torch.Generator().manual_seed(seed),
@@ -223,10 +224,15 @@ def test_no_table_is_built_where_no_backward_or_no_gpu_bucketing_follows(tt):
     try:
         with torch.no_grad():  # no graph: no backward to build a table for
             assert tt.encoder(ids, wte, wpe).grad_fn is None
-        tt.encoder(ids, wte.detach(), wpe.detach())  # no weight wants a gradient
+        tt.encoder(ids, wte.detach(), wpe.detach(), method="bucketed")  # no weight wants a gradient
+        assert tt.encoder(ids, wte, wpe, method="chunked").grad_fn.ahead is None  # 4 ids: one kernel, no table
         assert not built
-        out = tt.encoder(ids, wte, wpe)
+        out = tt.encoder(ids, wte, wpe, method="bucketed")
         assert len(built) == (device.type == "cuda") and (out.grad_fn.ahead is not None) == (device.type == "cuda")
+        long_ids = torch.zeros(1, 1025, dtype=torch.int32, device=device)  # past the one kernel: a table again
+        long_wpe = torch.zeros(1025, 8, device=device, requires_grad=True)
+        tt.encoder(long_ids, wte, long_wpe, method="chunked")
+        assert len(built) == 2 * (device.type == "cuda")
     finally:
         tt._bucket_ahead = real
     with pytest.raises(TypeError, match="bucket_ahead must be True or False"):
@@ -282,7 +288,7 @@ def test_training_steps_with_the_table_built_in_the_forward(tt, rng, method):
         pytest.skip("torch sees no CUDA GPU")
     device = torch.device("cuda")
     problems = [random_problem(B, 1024, 768, 50257, maxT=1024, dtype=bfloat16, ids=kind, rng=rng)
-                for B, kind in ((1, "zipf"), (8, "real"), (8, "uniform"), (2, "zipf"))]
+                for B, kind in ((3, "zipf"), (8, "real"), (8, "uniform"), (2, "zipf"))]  # B >= 2: a table
 
     def expected(p, seed):
         g = p.on(cupy)

@@ -147,8 +147,15 @@ def case_bucketed_gpu(w: Workload) -> Timed:
 
 
 def case_chunked_gpu(w: Workload) -> Timed:
-    """Deterministic backward with the chunked wte kernel (one warp per 32-item chunk), GPU bucketing."""
+    """Deterministic backward with the chunked wte kernel (one warp per 32-item chunk), GPU bucketing; at most 1024
+    ids in one launch that builds no table (``chunked_call_builds_table``)."""
     return _backward(w, method="chunked", bucketing="gpu")
+
+
+def chunked_call_builds_table(B: int, T: int = T_GPT2) -> bool:
+    """Whether ``chunked_gpu`` builds a bucket table at this shape: not for at most 1024 ids, which one kernel sums
+    with its own sort of the ids (``cuda.encoder_backward_small``); so its pieces are then those of the table path."""
+    return not cuda.small_backward_fits(B * T, 50257)
 
 
 def _backward_table_ahead(w: Workload, method: str) -> Timed:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .cases import CASES, CASES_BY_NAME, ID_KINDS, piece_value
+from .cases import CASES, CASES_BY_NAME, ID_KINDS, T_GPT2, chunked_call_builds_table, piece_value
 from .floor import OPS, copy_rate_of
 
 README_START = "<!-- bench-table:start -->"
@@ -78,11 +78,12 @@ def _header(meta: dict) -> list[str]:
     return lines
 
 
-def breakdown_markdown(rows, kind: str) -> list[str]:
+def breakdown_markdown(rows, kind: str, T: int = T_GPT2) -> list[str]:
     """Where the deterministic backward's time goes, for one id kind: a row per B, a column per piece.
 
     The pieces are timed one at a time (each with a cold L2), so their sum need not equal the whole call:
-    less when the bucketing overlaps the wpe kernel, more when launches or Python leave gaps.
+    less when the bucketing overlaps the wpe kernel, more when launches or Python leave gaps. Where the chunked call
+    builds no table (at most 1024 ids: one kernel, ``chunked_call_builds_table``), its table share reads so.
     """
     rows = [r for r in rows if r["ids"] == kind]
     by_key = _index(rows)
@@ -99,7 +100,9 @@ def breakdown_markdown(rows, kind: str) -> list[str]:
     present = [c for c in columns if any(get(c, B) for B in batch_sizes)]
     lines = [f"### Where the time goes, {KIND_TITLES.get(kind, kind)}", "",
              "Each kernel alone (the wte kernels with the table ready), the whole deterministic backward, and the "
-             "share of it of the method's own bucket table (the chunked method's has no bucket rows).", "",
+             "share of it of the method's own bucket table (the chunked method's has no bucket rows). For at most 1024 "
+             "ids the chunked call is one kernel that sorts the ids itself and builds no table: its pieces here are "
+             "then those of the table path (which a call with a table built ahead takes).", "",
              "| B | " + " | ".join(columns[c] for c in present)
              + " | wpe + table + chunked wte | chunked backward | table share | bucketed backward | table share |",
              "|---|" + "---|" * (len(present) + 5)]
@@ -109,7 +112,8 @@ def breakdown_markdown(rows, kind: str) -> list[str]:
         pieces = [get("wpe_kernel", B), chunked_table, get("wte_chunked_kernel", B)]
         total = "-" if None in pieces else format_time_us(sum(p["median_us"] for p in pieces))
         chunked, bucketed, table = get("chunked_gpu", B), get("bucketed_gpu", B), get("gpu_buckets", B)
-        cells += [total, _cell(chunked), _share(chunked_table, chunked), _cell(bucketed), _share(table, bucketed)]
+        chunked_share = _share(chunked_table, chunked) if chunked_call_builds_table(B, T) else "none (one launch)"
+        cells += [total, _cell(chunked), chunked_share, _cell(bucketed), _share(table, bucketed)]
         lines.append(f"| {B} | " + " | ".join(cells) + " |")
     lines.append("")
     return lines
@@ -135,7 +139,7 @@ def markdown_report(rows, meta: dict | None = None) -> str:
                 lines.append(f"| floor, {op} | " + " | ".join("-" if f is None else format_time_us(f)
                                                               for f in floors) + " |")
         lines.append("")
-        lines += breakdown_markdown(rows, kind)
+        lines += breakdown_markdown(rows, kind, meta.get("shape", {}).get("T", T_GPT2))
     lines += ["## Every row", "", "<details><summary>median, p10, p90, % of floor, GB/s, host-gap share</summary>",
               "", "| kernel | ids | B | distinct ids | median | p10 | p90 | % of floor | GB/s | host gap |",
               "|---|---|---|---|---|---|---|---|---|---|"]
@@ -182,8 +186,9 @@ def readme_block(rows, meta: dict | None = None, *, B: int | None = None, result
         cells = [_cell(by_key.get((name, k, B))) for k in kinds]
         if any(c != "-" for c in cells):
             lines.append(f"| {CASES_BY_NAME[name].label} | " + " | ".join(cells) + " |")
+    T = shape.get("T", T_GPT2)
     shares = [_share(piece_value(by_key, "gpu_buckets_units", k, B), by_key.get(("chunked_gpu", k, B)))
-              for k in kinds]
+              if chunked_call_builds_table(B, T) else "none (one launch)" for k in kinds]
     if any(s != "-" for s in shares):
         lines.append("| bucket table's share of the chunked backward | " + " | ".join(shares) + " |")
     ratios = []
