@@ -196,8 +196,9 @@ if live_rows:
 # ### What dominates at small B: fixed costs
 #
 # The floor falls in proportion to B; the measured lines do not follow it down. At B=1 the minimal bytes are
-# a megabyte or two, a microsecond of copying, but a call still pays its launches, the bucketing kernel's
-# chain of phases (notebook 06), and for the CPU route the host round trip. The table shows the share:
+# a megabyte or two, a microsecond of copying, but a call still pays its launches, its sort of the ids (the
+# bucketing kernel's chain of phases, or at B=1 the sort every block of the chunked method's one kernel does;
+# notebook 06), and for the CPU route the host round trip. The table shows the share:
 
 # %%
 if rows:

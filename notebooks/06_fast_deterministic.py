@@ -23,7 +23,7 @@
 #
 # 0. Setup · 1. What was slow · 2. Units: a token cut into chunks · 3. The chunked kernel, per thread and in
 # CUDA · 4. Same bits every run, a different order than bucketed · 5. The GPU bucket table ·
-# 6. What the table costs, phase by phase · 7. Skew against measured time
+# 6. What the table costs, phase by phase · 7. Skew against measured time · 8. One sequence, one launch
 
 # %%
 # 0. Setup: make `import gpt2enc_edu` work. Installed: nothing to do. In a checkout: put it on sys.path.
@@ -353,3 +353,39 @@ for kind in tokens.KINDS:
 # every line flattens: there the fixed costs (kernel launches, the bucket table's chain of short steps of
 # section 6) dominate, not the bytes moved, which is also why no kernel gets near its memory floor there
 # (notebook 05).
+
+# %% [markdown]
+# ## 8. One sequence, one launch
+#
+# At B = 1 the chunked backward above is four kernels: the table (one block, section 5), the chunk and combine
+# kernels, and the wpe kernel beside them. Each costs a few microseconds that do not depend on the bytes: a
+# launch, a wait for the kernel before, one SM sorting while the others idle. `kernels/encoder_backward_small.cu`
+# does the whole backward of at most 1024 ids in one launch. **Every block sorts the ids itself**, with the
+# one-block table's sort in shared memory, so every block knows the tokens' segments without a table in memory or
+# a barrier across the grid, and takes its share of the tokens by index. A token seen at most 8 times is one
+# warp's task, its rows all asked for at once. A more frequent token gets a whole block, one thread per 8 bytes of
+# channels and chunk, so that a chunk's 32 rows are read at once instead of one after another. The sums, and so the
+# bits, are the chunked method's; `encoder_backward(..., method="chunked")` takes this path by itself for up to
+# 1024 ids on the GPU (docs/performance.md, part 13).
+
+# %%
+display(Markdown(f"```cuda\n{kernel_source('encoder_backward_small.cu')}\n```"))
+
+# %% [markdown]
+# The check: one Zipf sequence with one token put at 600 of its positions (19 chunks: three passes of a block).
+# The one-launch backward (on a GPU the kernel, without one its mirror) against the table path (the table, the
+# chunk and combine kernels and the wpe kernel, in the NumPy mirror), bit for bit.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from gpt2enc_edu import cuda as launchers
+from gpt2enc_edu import mirror as mirrors
+
+one = random_problem(1, 1024, 256, 5000, dtype=enc.bfloat16, ids="zipf", rng=np.random.default_rng(8))
+one.inp.reshape(-1)[np.random.default_rng(9).permutation(1024)[:600]] = 42  # a token in 19 chunks
+fast, table_path = one.on(xp), one.on(np)
+(launchers if xp is not np else mirrors).encoder_backward_small(fast.dwte, fast.dwpe, fast.dout, fast.inp, 1, 1024,
+                                                                256, seed=2026)
+enc.encoder_backward(table_path.dwte, table_path.dwpe, table_path.dout, table_path.inp, seed=2026, method="chunked")
+print("one launch against the table path, dwte same bits:", compare.bitwise_equal(to_numpy(fast.dwte), table_path.dwte))
+print("one launch against the table path, dwpe same bits:", compare.bitwise_equal(to_numpy(fast.dwpe), table_path.dwpe))
