@@ -107,7 +107,8 @@ def encoder_backward(dwte, dwpe, dout, inp, *, seed, method: str = "chunked", bu
     method :
         ``"bucketed"`` deterministic, llm.c's scheme: wpe kernel + one block per bucket;
         ``"chunked"`` (the default) deterministic, fast and skew-proof: wpe kernel + one warp per 32-item
-        chunk; the fastest end to end at B >= 8 on an H200 (docs/performance.md);
+        chunk; the fastest end to end at B >= 8 on an H200, and for at most 1024 ids, which one kernel sums
+        with its own sort of the ids when the table is built on the GPU in the call (docs/performance.md);
         ``"atomic"`` atomicAdd in fp32, rounded back to nearest once (nondeterministic);
         ``"atomic_bf16"`` atomicAdd on bf16 itself (nondeterministic and lossy; bf16 only).
         The deterministic methods round bf16 stochastically, keyed by ``seed`` and the element.
