@@ -197,8 +197,8 @@ def encoder_backward_small(dwte, dwpe, dout, inp, B: int, T: int, C: int, seed: 
     Same bits as the wpe kernel and the chunked wte kernels on the GPU-built table.
 
     The grid is as many blocks as the GPU holds at once (any grid gives the same bits). On an H200 at B=1, T=1024
-    the call's GPU time was 10.9 / 11.4 / 11.4 us on uniform / Zipf / real ids, against 15.7 / 20.2 / 20.0 for the
-    four kernels it replaces and 15.8 / 16.1 / 17.1 for the bucketed method (docs/performance.md, part 13)."""
+    (the bench) the call took 11.6 / 12.1 / 12.1 us on uniform / Zipf / real ids, against 15.9 / 20.3 / 19.9 for the
+    four kernels it replaces (part 12's bench) and 14.7 / 18.0 / 17.0 for the bucketed method (docs/performance.md, part 13)."""
     if not small_backward_fits(B * T, SMALL_MAX_V):
         raise ValueError(f"encoder_backward_small takes at most {SMALL_BACKWARD_MAX_BT} ids, not B*T = {B * T}")
     file_name, kernel_name = "encoder_backward_small.cu", "encoder_backward_small_kernel"
