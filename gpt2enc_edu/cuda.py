@@ -198,7 +198,8 @@ def encoder_backward_small(dwte, dwpe, dout, inp, B: int, T: int, C: int, seed: 
 
     The grid is as many blocks as the GPU holds at once (any grid gives the same bits). On an H200 at B=1, T=1024
     (the bench) the call took 11.6 / 12.1 / 12.1 us on uniform / Zipf / real ids, against 15.9 / 20.3 / 19.9 for the
-    four kernels it replaces (part 12's bench) and 14.7 / 18.0 / 17.0 for the bucketed method (docs/performance.md, part 13)."""
+    four kernels it replaces (part 12's bench) and 14.7 / 18.0 / 17.0 for the bucketed method (docs/performance.md,
+    part 13)."""
     if not small_backward_fits(B * T, SMALL_MAX_V):
         raise ValueError(f"encoder_backward_small takes at most {SMALL_BACKWARD_MAX_BT} ids, not B*T = {B * T}")
     file_name, kernel_name = "encoder_backward_small.cu", "encoder_backward_small_kernel"
