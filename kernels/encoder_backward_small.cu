@@ -94,7 +94,7 @@ __device__ __forceinline__ float pack64_element(uint2 bits, int k) {
 #ifdef ENC_FP32
     return __uint_as_float(k == 0 ? bits.x : bits.y);
 #else
-    unsigned int word = k < 2 ? bits.x : bits.y;  // element 2i in the low half of word i (little-endian)
+    unsigned int word = k < 2 ? bits.x : bits.y;  // elements 2i, 2i + 1: the low, high half of word i
     return __uint_as_float((k % 2 == 0) ? word << 16 : word & 0xFFFF0000u);
 #endif
 }

@@ -63,9 +63,11 @@ def test_the_kernel_takes_one_sequence():
     assert cuda.small_backward_fits(1024, 50257)
     assert not cuda.small_backward_fits(1025, 50257)
     assert not cuda.small_backward_fits(1, 1 << 23)  # its ids must fit the key beside a 10-bit position
+    p = random_problem(1, 1025, 8, 10)
+    before = p.dwte.copy(), p.dwpe.copy()
     with pytest.raises(ValueError, match="at most 1024 ids"):
-        p = random_problem(1, 1025, 8, 10)
         mirror.encoder_backward_small(p.dwte, p.dwpe, p.dout, p.inp, 1, 1025, 8, 0)
+    assert compare.bitwise_equal(p.dwte, before[0]) and compare.bitwise_equal(p.dwpe, before[1])  # nothing written
 
 
 @pytest.mark.gpu
