@@ -65,3 +65,21 @@ __device__ void block_bitonic_sort(unsigned int (&key)[KEYS], unsigned int* buf)
     }
     __syncthreads();  // every exchange is read: buf may be reused right after
 }
+
+// The positions 0 .. n-1 of one sequence of ids sorted by id, bt ascending inside an id: key = (id << POS_BITS) | p,
+// padding (elements n and on) 0xFFFFFFFF, sorting last. Thread i gets the keys of elements KEYS*i .. in key[] and
+// writes them to sorted[] too; the caller's next barrier publishes sorted[]. Requires n <= THREADS * KEYS =
+// 1 << POS_BITS and ids below 1 << (32 - POS_BITS). buf as for block_bitonic_sort.
+template <int THREADS, int KEYS, int POS_BITS>
+__device__ __forceinline__ void block_sort_positions(const int* inp, int n, unsigned int (&key)[KEYS],
+                                                     unsigned int* buf, unsigned int* sorted) {
+    int first = threadIdx.x * KEYS;
+#pragma unroll
+    for (int q = 0; q < KEYS; q++) {
+        int p = first + q;
+        key[q] = p < n ? ((unsigned int)inp[p] << POS_BITS) | (unsigned int)p : 0xFFFFFFFFu;
+    }
+    block_bitonic_sort<THREADS, KEYS>(key, buf);
+#pragma unroll
+    for (int q = 0; q < KEYS; q++) { sorted[first + q] = key[q]; }
+}

@@ -93,14 +93,7 @@ extern "C" __global__ void __launch_bounds__(SMALL_THREADS)
 
     // Phase 1: positions sorted by token id (bt ascending inside a token). Padding keys sort last.
     unsigned int key[SMALL_KEYS];
-#pragma unroll
-    for (int q = 0; q < SMALL_KEYS; q++) {
-        int p = first + q;
-        key[q] = p < BT ? ((unsigned int)inp[p] << SMALL_POS_BITS) | (unsigned int)p : SMALL_NO_KEY;
-    }
-    block_bitonic_sort<SMALL_THREADS, SMALL_KEYS>(key, buf);
-#pragma unroll
-    for (int q = 0; q < SMALL_KEYS; q++) { sorted[first + q] = key[q]; }
+    block_sort_positions<SMALL_THREADS, SMALL_KEYS, SMALL_POS_BITS>(inp, BT, key, buf, sorted);
     if (threadIdx.x == 0) { num_classes = 0; }
     __syncthreads();
     if (stop_after == 1) { return; }

@@ -53,10 +53,9 @@
 #define SMALL_BACKWARD_KEYS 2
 #define SMALL_BACKWARD_WARPS (SMALL_BACKWARD_THREADS / WARP_SIZE)
 #define SMALL_BACKWARD_MAX_BT 1024
-// A key: the position bt in its low 10 bits, the token id above (ids < 2^22). Padding sorts after every real key.
+// A key: the position bt in its low 10 bits, the token id above (ids < 2^22); block_sort_positions builds them.
 #define SMALL_BACKWARD_POS_BITS 10
 #define SMALL_BACKWARD_POS_MASK ((1u << SMALL_BACKWARD_POS_BITS) - 1u)
-#define SMALL_BACKWARD_NO_KEY 0xFFFFFFFFu
 // The chunked method's chunk (encoder_backward_wte_chunked.cu): part of the result's definition.
 #define CHUNK_ITEMS 32
 // Tokens seen at most this many times are warp tasks (their rows in flight: 8 x 16 bytes per lane); the others
@@ -141,14 +140,8 @@ extern "C" __global__ void __launch_bounds__(SMALL_BACKWARD_THREADS, 1)
 
     // 1. The positions sorted by token id (bt ascending inside a token: bt is the key's low bits).
     unsigned int key[SMALL_BACKWARD_KEYS];
-#pragma unroll
-    for (int q = 0; q < SMALL_BACKWARD_KEYS; q++) {
-        int p = first + q;
-        key[q] = p < BT ? ((unsigned int)inp[p] << SMALL_BACKWARD_POS_BITS) | (unsigned int)p : SMALL_BACKWARD_NO_KEY;
-    }
-    block_bitonic_sort<SMALL_BACKWARD_THREADS, SMALL_BACKWARD_KEYS>(key, buf);
-#pragma unroll
-    for (int q = 0; q < SMALL_BACKWARD_KEYS; q++) { sorted[first + q] = key[q]; }
+    block_sort_positions<SMALL_BACKWARD_THREADS, SMALL_BACKWARD_KEYS, SMALL_BACKWARD_POS_BITS>(inp, BT, key, buf,
+                                                                                               sorted);
     __syncthreads();
 
     // 2. Segments: slot p starts one where its id differs from slot p - 1's; one segment per distinct token.
