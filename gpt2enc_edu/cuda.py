@@ -200,7 +200,7 @@ def encoder_backward_small(dwte, dwpe, dout, inp, B: int, T: int, C: int, seed: 
     (the bench) the call took 11.6 / 12.1 / 12.1 us on uniform / Zipf / real ids, against 15.9 / 20.3 / 19.9 for the
     four kernels it replaces (part 12's bench) and 14.7 / 18.0 / 17.0 for the bucketed method (docs/performance.md,
     part 13)."""
-    if not small_backward_fits(B * T, SMALL_MAX_V):
+    if B * T > SMALL_BACKWARD_MAX_BT:
         raise ValueError(f"encoder_backward_small takes at most {SMALL_BACKWARD_MAX_BT} ids, not B*T = {B * T}")
     file_name, kernel_name = "encoder_backward_small.cu", "encoder_backward_small_kernel"
     grid = blocks_per_sm(file_name, kernel_name, dout.dtype, SMALL_BACKWARD_THREADS) * device_facts().sm_count
