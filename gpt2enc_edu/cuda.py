@@ -191,6 +191,16 @@ def small_backward_fits(BT: int, V: int) -> bool:
     return BT <= SMALL_BACKWARD_MAX_BT and V <= SMALL_MAX_V
 
 
+def one_launch_backward(method: str, bucketing: str, BT: int, V: int, *, buckets_given: bool = False) -> bool:
+    """Whether ``encoder_backward(..., method=method, bucketing=bucketing)`` on CuPy arrays, for BT ids of a
+    vocabulary of V, is the one launch of ``encoder_backward_small``: the chunked method, with its table left to be
+    built on the GPU in the call (``bucketing`` ``"auto"`` or ``"gpu"``, and no ``buckets=``), for a batch that
+    ``small_backward_fits``. The one place that decides it: the dispatch below, the PyTorch adapter (which then
+    builds no table ahead), the bench (which then reports no table share) and the sanitizer driver (which then
+    expects that one kernel) all ask here."""
+    return method == "chunked" and bucketing in ("auto", "gpu") and not buckets_given and small_backward_fits(BT, V)
+
+
 def encoder_backward_small(dwte, dwpe, dout, inp, B: int, T: int, C: int, seed: int) -> None:
     """The chunked method's whole backward (dwte and dwpe) for at most 1024 ids, in one launch: every block sorts
     the ids itself, so no bucket table is built and no other kernel runs (``kernels/encoder_backward_small.cu``).
@@ -241,7 +251,7 @@ def encoder_backward_deterministic_gpu_bucketing(dwte, dwpe, dout, inp, B: int, 
     way at B=64; docs/performance.md, part 4.) The wpe kernel's blocks are 1024 threads wide (``WPE_BLOCK_SIZE``),
     so that it leaves SMs free for the table's one-block kernel (part 9).
     """
-    if chunked and table is None and small_backward_fits(B * T, V):
+    if one_launch_backward("chunked" if chunked else "bucketed", "gpu", B * T, V, buckets_given=table is not None):
         encoder_backward_small(dwte, dwpe, dout, inp, B, T, C, seed)  # one launch, its own sort: no table, no wpe
         return
     cupy = cupy_module()

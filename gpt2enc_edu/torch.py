@@ -38,9 +38,9 @@ What it does, and the decisions behind it:
   forward goes on; the backward waits for it and only sums. That takes the table off the backward's critical path
   (docs/performance.md, part 12). Same bits either way. The table (about 4 MB at B=64, T=1024) is held until the
   graph is freed. ``bucket_ahead=False`` builds it inside the backward, as ``encoder_backward`` does by itself.
-  Not for the chunked method on at most 1024 ids (``cuda.small_backward_fits``): its backward is then one kernel
-  that sorts the ids itself and reads no table (docs/performance.md, part 13), so a table would cost host time
-  for a slower backward.
+  Not where the backward is one launch (``cuda.one_launch_backward``: the chunked method on at most 1024 ids):
+  that kernel sorts the ids itself and reads no table (docs/performance.md, part 13), so a table would cost host
+  time for a slower backward.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .cuda import small_backward_fits
+from .cuda import one_launch_backward
 from .encoder import encoder_backward, encoder_forward, make_buckets
 from .rounding import bfloat16
 from .validate import DETERMINISTIC_METHODS, check_flag
@@ -223,7 +223,7 @@ class EncoderFunction(torch.autograd.Function):
         ctx.ahead = None
         if (bucket_ahead and wte.is_cuda and ids.numel() and method in DETERMINISTIC_METHODS
                 and bucketing in ("auto", "gpu") and any(ctx.needs_input_grad[1:3])
-                and not (method == "chunked" and small_backward_fits(ids.numel(), int(wte.shape[0])))):
+                and not one_launch_backward(method, bucketing, ids.numel(), int(wte.shape[0]))):
             ctx.ahead = _bucket_ahead(ids, int(wte.shape[1]), wte.dtype, int(wte.shape[0]))
         return out
 

@@ -143,11 +143,10 @@ def _backward_kernels(method: str, dtype, shape, bucketing: str | None) -> froze
             return frozenset({"encoder_backward_atomic_widen_kernel", "encoder_backward_atomic_fp32_rows_kernel",
                               "encoder_backward_atomic_narrow_kernel"})
         return frozenset({"encoder_backward_atomic_fp32_rows_kernel"})
-    if method == "chunked" and bucketing in ("gpu", "auto", None):
-        from gpt2enc_edu import cuda
+    from gpt2enc_edu import cuda
 
-        if cuda.small_backward_fits(B * T, V):  # one launch does it all, with its own sort of the ids
-            return frozenset({"encoder_backward_small_kernel"})
+    if cuda.one_launch_backward(method, bucketing or "auto", B * T, V):  # one kernel sorts the ids itself and sums
+        return frozenset({"encoder_backward_small_kernel"})
     # chunked: the combine kernel, and one of the chunk kernel's two forms, which the package picks on the GPU
     # (cuda.chunk_walk); the chunk-walk cases launch each form by name. bucketed: one of the warps forms, which the
     # package picks on the GPU by dout's size (cuda.bucketed_form); the bucketed-form cases launch each by name.

@@ -70,6 +70,19 @@ def test_the_kernel_takes_one_sequence():
     assert compare.bitwise_equal(p.dwte, before[0]) and compare.bitwise_equal(p.dwpe, before[1])  # nothing written
 
 
+def test_one_launch_is_decided_in_one_place():
+    """``cuda.one_launch_backward``, which the dispatch, the adapter, the bench and the sanitizer driver ask: the
+    chunked method, its table left to the GPU in the call, and a batch the kernel takes."""
+    assert cuda.one_launch_backward("chunked", "auto", SMALL_BACKWARD_MAX_BT, 50257)
+    assert cuda.one_launch_backward("chunked", "gpu", 1, 50257)
+    assert not cuda.one_launch_backward("chunked", "gpu", SMALL_BACKWARD_MAX_BT + 1, 50257)  # too many ids
+    assert not cuda.one_launch_backward("chunked", "gpu", 1, 1 << 23)  # ids too large for its keys
+    assert not cuda.one_launch_backward("chunked", "cpu", 1, 50257)  # the table comes from the host
+    assert not cuda.one_launch_backward("chunked", "auto", 1, 50257, buckets_given=True)  # the table is given
+    for method in ("bucketed", "atomic", "atomic_bf16"):
+        assert not cuda.one_launch_backward(method, "gpu", 1, 50257)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -155,7 +155,7 @@ def case_chunked_gpu(w: Workload) -> Timed:
 def chunked_call_builds_table(B: int, T: int = T_GPT2) -> bool:
     """Whether ``chunked_gpu`` builds a bucket table at this shape: not for at most 1024 ids, which one kernel sums
     with its own sort of the ids (``cuda.encoder_backward_small``); so its pieces are then those of the table path."""
-    return not cuda.small_backward_fits(B * T, GPT2_VOCAB_SIZE)
+    return not cuda.one_launch_backward("chunked", "gpu", B * T, GPT2_VOCAB_SIZE)
 
 
 def _backward_table_ahead(w: Workload, method: str) -> Timed:
