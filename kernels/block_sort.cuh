@@ -1,7 +1,7 @@
 // block_sort.cuh: a bitonic sort of one block's keys in registers and shared memory (device-only header).
 //
 // Used by the kernels that sort the positions of one short sequence inside a block: bucketing_small.cu (the
-// one-block bucket table) and encoder_backward_chunked_small.cu (the chunked backward in one launch, whose every
+// one-block bucket table) and encoder_backward_small.cu (the chunked backward in one launch, whose every
 // block sorts the same keys). N = THREADS * KEYS elements; thread i holds elements KEYS*i .. KEYS*i + KEYS - 1.
 //
 // The network: rounds k = 2, 4, ..., N, and in each round steps j = k/2, ..., 1 that compare-exchange elements

@@ -16,7 +16,7 @@
 //
 // The sort is block_sort.cuh's bitonic network over all 1024 elements (padding keys sort last): of its 55 steps, 10
 // are register swaps, 35 shuffles inside a warp and 10 go through shared memory. Every key is unique, so the sorted
-// order has one answer. (encoder_backward_chunked_small.cu sorts the same keys the same way in every block.)
+// order has one answer. (encoder_backward_small.cu sorts the same keys the same way in every block.)
 //
 // Phases (`stop_after` = k > 0 ends the kernel after phase k, < 0 at once; gpt2enc_edu.gpu_buckets.phase_times_us
 // times these truncated runs):
