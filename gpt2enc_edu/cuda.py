@@ -29,7 +29,7 @@ from .layout import (
     pack_size,
 )
 from .loader import blocks_per_sm, cupy_module, device_facts, get_kernel, launch
-from .validate import check_choice
+from .validate import check_choice, check_small_backward_batch
 
 #: The forward's versions (kernels/encoder_forward.cu): kernel name, and threads for (B, T, C, pack size).
 FORWARD_VERSIONS = {
@@ -210,8 +210,7 @@ def encoder_backward_small(dwte, dwpe, dout, inp, B: int, T: int, C: int, seed: 
     (the bench) the call took 11.6 / 12.1 / 12.1 us on uniform / Zipf / real ids, against 15.9 / 20.3 / 19.9 for the
     four kernels it replaces (part 12's bench) and 14.7 / 18.0 / 17.0 for the bucketed method (docs/performance.md,
     part 13)."""
-    if B * T > SMALL_BACKWARD_MAX_BT:
-        raise ValueError(f"encoder_backward_small takes at most {SMALL_BACKWARD_MAX_BT} ids, not B*T = {B * T}")
+    check_small_backward_batch(B, T)
     file_name, kernel_name = "encoder_backward_small.cu", "encoder_backward_small_kernel"
     grid = blocks_per_sm(file_name, kernel_name, dout.dtype, SMALL_BACKWARD_THREADS) * device_facts().sm_count
     launch(get_kernel(file_name, kernel_name, dout.dtype), grid, SMALL_BACKWARD_THREADS,

@@ -55,6 +55,7 @@ from .rounding import (
     to_bf16_nearest,
     to_float,
 )
+from .validate import check_small_backward_batch
 
 #: How many buckets (units) the bucketed (chunked) wte mirror processes at once: bounds memory, not the result.
 _BUCKETS_PER_STEP = 1024
@@ -281,8 +282,7 @@ def encoder_backward_small(dwte, dwpe, dout, inp, B: int, T: int, C: int, seed: 
     the tokens' chunks become units (token, chunk, start, count) in segment order and those kernels' mirrors do the
     sums; phase 5 is the wpe kernel's sum, and its mirror does it.
     """
-    if B * T > SMALL_BACKWARD_MAX_BT:
-        raise ValueError(f"encoder_backward_small takes at most {SMALL_BACKWARD_MAX_BT} ids, not B*T = {B * T}")
+    check_small_backward_batch(B, T)
     pos_bits = SMALL_BACKWARD_MAX_BT.bit_length() - 1  # the key's low bits hold any position
     # 1. The positions sorted by token id (bt ascending inside a token: bt is the key's low bits).
     key = np.sort((inp.reshape(-1).astype(np.int64) << pos_bits) | np.arange(B * T))

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .backend import backend_of
-from .layout import INT32_LIMIT, STORAGE_DTYPES, dtype_name, pack_size
+from .layout import INT32_LIMIT, SMALL_BACKWARD_MAX_BT, STORAGE_DTYPES, dtype_name, pack_size
 from .memory import data_pointer, overlap, spans
 
 METHODS = ("bucketed", "chunked", "atomic", "atomic_bf16")
@@ -115,6 +115,13 @@ def check_index_range(name: str, count: int, what: str) -> None:
     """``count`` elements must be addressable with 32-bit signed index arithmetic."""
     if count > INT32_LIMIT:
         raise ValueError(f"{name}: {what} = {count} elements exceeds the 32-bit index range of the kernels")
+
+
+def check_small_backward_batch(B: int, T: int) -> None:
+    """The one-launch backward (``encoder_backward_small``, its kernel and its mirror) takes at most
+    ``SMALL_BACKWARD_MAX_BT`` ids."""
+    if B * T > SMALL_BACKWARD_MAX_BT:
+        raise ValueError(f"encoder_backward_small takes at most {SMALL_BACKWARD_MAX_BT} ids, not B*T = {B * T}")
 
 
 def check_ids_in_range(inp, V: int, name: str = "inp") -> None:
