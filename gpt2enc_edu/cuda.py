@@ -61,15 +61,17 @@ def encoder_backward_wpe(dwpe, dout, B: int, T: int, C: int, seed: int) -> None:
            (dwpe, dout, np.int32(B), np.int32(T), np.int32(C), np.uint32(seed)))
 
 
-#: The chunk kernel (and the bucketed kernel's "warps_prefetch" form) ask L2 for the dout rows of a chunk (of a big
-#: bucket) before summing them when dout takes at most this share of the L2 cache. On an H200 (60 MB of L2) that was
-#: faster at B=1 and B=8 (dout 1.6 and 12.6 MB) and slower at B=64 (101 MB), where the prefetched lines push each
-#: other out (docs/performance.md, parts 4 and 12).
+#: The bucketed kernel's "warps_prefetch" form asks L2 for the dout rows of a big bucket before summing them; the
+#: package takes it when dout takes at most this share of the L2 cache. On an H200 (60 MB of L2) that was faster at
+#: B=1 and B=8 (dout 1.6 and 12.6 MB) and slower at B=64 (101 MB), where the prefetched lines push each other out
+#: (docs/performance.md, part 12). (The chunk kernel asked L2 for its rows the same way up to part 14; without it,
+#: it is faster at every batch size, part 15.)
 PREFETCH_MAX_L2_SHARE = 0.25
 
 
 def prefetch_rows(dout_nbytes: int, l2_bytes: int) -> bool:
-    """Whether the wte kernels prefetch their rows: dout is at most ``PREFETCH_MAX_L2_SHARE`` of the L2 cache."""
+    """Whether the bucketed wte kernel takes its prefetching form: dout is at most ``PREFETCH_MAX_L2_SHARE`` of the
+    L2 cache."""
     return dout_nbytes <= PREFETCH_MAX_L2_SHARE * l2_bytes
 
 
@@ -131,7 +133,8 @@ CHUNK_WALKS = {"registers": "encoder_backward_wte_chunked_kernel",
 
 
 def _chunk_grid(max_units: int, C: int, dtype) -> tuple[int, int]:
-    return ceil_div(max_units, CHUNKED_WARPS_PER_BLOCK), num_c_groups(C, dtype)  # (units, channel groups)
+    """(units, channel groups): the kernel takes its channel group from its grid row, so it needs all of them."""
+    return ceil_div(max_units, CHUNKED_WARPS_PER_BLOCK), num_c_groups(C, dtype)
 
 
 def chunk_walk(max_units: int, C: int, dtype) -> str:
@@ -163,10 +166,9 @@ def _launch_chunk_kernel(dwte, table, dout, C: int, seed: int, walk: str | None 
     walk = _walk_for_grid(grid, dout.dtype, facts) if walk is None else walk
     kernel = get_kernel("encoder_backward_wte_chunked.cu", CHUNK_WALKS[walk], dout.dtype)
     partials = _chunk_partials(table.num_positions, grid[1] * c_per_group(dout.dtype))
-    prefetch = prefetch_rows(dout.nbytes, facts.l2_cache_bytes)
     launch(kernel, grid, WARP_SIZE * CHUNKED_WARPS_PER_BLOCK,
-           (dwte, table.units, table.bt_list, dout, partials, table.num_units_device, np.int32(C), np.uint32(seed),
-            np.int32(prefetch)), after_kernel=True)
+           (dwte, table.units, table.bt_list, dout, partials, table.num_units_device, np.int32(C), np.uint32(seed)),
+           after_kernel=True)
     return partials
 
 

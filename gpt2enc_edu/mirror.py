@@ -177,8 +177,7 @@ def encoder_backward_wte_chunked_kernel(dwte, units, bt_list, dout, partials, nu
     value, rounded into ``dwte``); a multi-chunk token's warps store their sums in ``partials`` (flat fp32),
     at ``unit * num_groups * c_per_warp + g * c_per_warp + lane_id * size``, for the combine kernel.
     Threads are rows (unit, g, lane_id), as the kernel's warps are (unit, group ``g = blockIdx.y``). Lanes past
-    C have no row (they do no work). Units are taken a step at a time to bound memory. (The kernel's last
-    argument, ``prefetch_rows``, only asks L2 for the rows earlier: nothing to mirror.)
+    C have no row (they do no work). Units are taken a step at a time to bound memory.
     """
     size = pack_size(dout.dtype)
     k = np.arange(size)

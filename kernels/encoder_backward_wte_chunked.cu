@@ -21,11 +21,9 @@
 //     One warp per (unit, channel group). A single-chunk token (most of them) is finished here: read-modify-write
 //     of dwte. A multi-chunk token's warps store their partials.
 //     grid = (CEIL_DIV(max_units, CHUNKED_WARPS_PER_BLOCK), num_groups), block = WARP_SIZE * CHUNKED_WARPS_PER_BLOCK
-//     kernel(dwte, units, bt_list, dout, partials, num_units, C, seed, prefetch_rows)
-//     prefetch_rows (0 or 1): ask L2 for a chunk's dout rows before summing them (see the kernel; the package
-//     sets it where dout fits easily in L2, gpt2enc_edu.cuda.prefetch_rows).
-//     num_groups = CEIL_DIV(C, WARP_SIZE * x128::size): 3 for C = 768 in bf16. blockIdx.y is the group (a grid
-//     with fewer rows is still right: each warp then walks groups blockIdx.y, blockIdx.y + gridDim.y, ...).
+//     kernel(dwte, units, bt_list, dout, partials, num_units, C, seed)
+//     num_groups = CEIL_DIV(C, WARP_SIZE * x128::size): 3 for C = 768 in bf16. blockIdx.y is the group, so the
+//     grid must have exactly num_groups rows: a warp sums one channel group and keeps nothing across groups.
 //   encoder_backward_wte_chunk_combine_kernel: one block per multi-chunk token, one thread per 4 channels,
 //     adds the partials in chunk order, then the old value, and rounds once. Many chunk loads are kept in
 //     flight per thread, since a very frequent token has hundreds of chunks.
@@ -111,12 +109,12 @@ __device__ __forceinline__ void add_rows_staged(float* accum, const floatX* dout
 #endif
 }
 
-// The work of one warp of the chunk kernel: its unit, for channel groups blockIdx.y, blockIdx.y + gridDim.y, ...
+// The work of one warp of the chunk kernel: its unit, for channel group blockIdx.y.
 // `stage` is the lane's first slot in its warp's stage (the staged form), or nullptr (rows in registers).
 template <bool STAGED>
 __device__ __forceinline__ void chunk_warp(floatX* dwte, const int4* units, const int* bt_list, const floatX* dout,
                                            float* partials, const int* num_units, int C, unsigned int seed,
-                                           int prefetch_rows, floatX* stage) {
+                                           floatX* stage) {
     // Launched as a programmatic dependent of the table's kernel (common.cuh): wait for it, then let the combine
     // kernel be set up while this one runs.
     wait_for_previous_grid();
@@ -142,63 +140,52 @@ __device__ __forceinline__ void chunk_warp(floatX* dwte, const int4* units, cons
     bool single_chunk = num_chunks == 1;
     // One coalesced load of the chunk's positions (lane i holds item i); shuffles hand them to every lane.
     int my_bt = lane_id < chunk_size ? bt_list[token_start + chunk_first + lane_id] : 0;
-    // The sum below reads the chunk's rows in a fixed order, and each read that misses L2 waits a full memory
-    // latency. Lane i asks L2 for item i's row first, so the reads below find it there. Worth it only where dout
-    // fits easily in L2: on an H200 the chunk kernels took 18.1 instead of 23.4 us at B=1 on Zipf ids and 24.8
-    // instead of 30.5 at B=8, but 85.7 instead of 74.5 at B=64, where the prefetched lines push each other out
-    // (docs/performance.md, part 4).
-    if (prefetch_rows && chunk_size > 1 && lane_id < chunk_size) {
-        for (int g = blockIdx.y; g < num_groups; g += gridDim.y) {
-            const floatX* row = dout + my_bt * C;
-            prefetch_l2(row + g * c_per_warp, row + min((g + 1) * c_per_warp, C));
-        }
+    // No L2 prefetch of the chunk's rows before the sum, and no loop over channel groups (one grid row per group):
+    // both cost registers (at 32 per thread the kernel spilled) and time. On an H200 the chunk kernel alone took
+    // 68.5 / 51.0 / 44.0 us without them against 73.0 / 52.5 / 45.0 with them at B=64 (uniform / Zipf / real ids),
+    // 15.8 / 16.5 / 16.4 against 17.4 / 17.8 / 17.3 at B=8, where the prefetch had been on (docs/performance.md,
+    // part 15; part 4 had measured the prefetch faster at B=1 and B=8 on an earlier form of the kernel).
+    int g = blockIdx.y;  // one grid row per channel group
+    int c = g * c_per_warp + lane_id * x128::size;
+    bool has_channels = c < C;  // lanes past C (in the last group of a C that is no multiple) only shuffle
+    // Fetch the old dwte early: its latency overlaps the dout loads.
+    x128 packed_dwte;
+    if (has_channels && single_chunk) { packed_dwte = load128(dwte + ix * C + c); }
+
+    // The chunk's items in order: accum = ((0 + d[item 0]) + d[item 1]) + ...
+    float accum[x128::size];
+    for (int k = 0; k < x128::size; k++) { accum[k] = 0.0f; }
+    if (STAGED && chunk_size > 1) {
+        add_rows_staged(accum, dout, my_bt, chunk_size, C, c, has_channels, stage);
+    } else {  // one row gains nothing from a trip through shared memory
+        add_rows(accum, dout, my_bt, chunk_size, C, c, has_channels);
     }
-
-    // Channel group blockIdx.y (the package launches one grid row per group; a smaller grid walks the rest).
-    for (int g = blockIdx.y; g < num_groups; g += gridDim.y) {
-        int c = g * c_per_warp + lane_id * x128::size;
-        bool has_channels = c < C;  // lanes past C (in the last group of a C that is no multiple) only shuffle
-        // Fetch the old dwte early: its latency overlaps the dout loads.
-        x128 packed_dwte;
-        if (has_channels && single_chunk) { packed_dwte = load128(dwte + ix * C + c); }
-
-        // The chunk's items in order: accum = ((0 + d[item 0]) + d[item 1]) + ...
-        float accum[x128::size];
-        for (int k = 0; k < x128::size; k++) { accum[k] = 0.0f; }
-        if (STAGED && chunk_size > 1) {
-            add_rows_staged(accum, dout, my_bt, chunk_size, C, c, has_channels, stage);
-        } else {  // one row gains nothing from a trip through shared memory
-            add_rows(accum, dout, my_bt, chunk_size, C, c, has_channels);
-        }
-        if (!has_channels) { continue; }
-        if (single_chunk) {
-            store_rounded_sum128(dwte + ix * C + c, packed_dwte, accum, (unsigned int)(ix * C + c), NOISE_STREAM_DWTE,
-                                 seed);
-        } else {
-            float4* partial = reinterpret_cast<float4*>(partials + ((size_t)unit * num_groups + g) * c_per_warp +
-                                                        lane_id * x128::size);
-            for (int p = 0; p < x128::size / 4; p++) {
-                partial[p] = make_float4(accum[4 * p], accum[4 * p + 1], accum[4 * p + 2], accum[4 * p + 3]);
-            }
+    if (!has_channels) { return; }  // lanes past C only took part in the shuffles
+    if (single_chunk) {
+        store_rounded_sum128(dwte + ix * C + c, packed_dwte, accum, (unsigned int)(ix * C + c), NOISE_STREAM_DWTE,
+                             seed);
+    } else {
+        float4* partial =
+            reinterpret_cast<float4*>(partials + ((size_t)unit * num_groups + g) * c_per_warp + lane_id * x128::size);
+        for (int p = 0; p < x128::size / 4; p++) {
+            partial[p] = make_float4(accum[4 * p], accum[4 * p + 1], accum[4 * p + 2], accum[4 * p + 3]);
         }
     }
 }
 
 extern "C" __global__ void __launch_bounds__(WARP_SIZE* CHUNKED_WARPS_PER_BLOCK, CHUNKED_MIN_BLOCKS)
     encoder_backward_wte_chunked_kernel(floatX* dwte, const int4* units, const int* bt_list, const floatX* dout,
-                                        float* partials, const int* num_units, int C, unsigned int seed,
-                                        int prefetch_rows) {
-    chunk_warp<false>(dwte, units, bt_list, dout, partials, num_units, C, seed, prefetch_rows, nullptr);
+                                        float* partials, const int* num_units, int C, unsigned int seed) {
+    chunk_warp<false>(dwte, units, bt_list, dout, partials, num_units, C, seed, nullptr);
 }
 
 extern "C" __global__ void __launch_bounds__(WARP_SIZE* CHUNKED_WARPS_PER_BLOCK, STAGED_MIN_BLOCKS)
     encoder_backward_wte_chunked_staged_kernel(floatX* dwte, const int4* units, const int* bt_list, const floatX* dout,
-                                               float* partials, const int* num_units, int C, unsigned int seed,
-                                               int prefetch_rows) {
+                                               float* partials, const int* num_units, int C, unsigned int seed) {
     __shared__ alignas(16) floatX stage[CHUNKED_WARPS_PER_BLOCK][STAGED_ROWS][WARP_SIZE * x128::size];
     int warp_id = threadIdx.x / WARP_SIZE;
     int lane_id = threadIdx.x % WARP_SIZE;
-    chunk_warp<true>(dwte, units, bt_list, dout, partials, num_units, C, seed, prefetch_rows,
+    chunk_warp<true>(dwte, units, bt_list, dout, partials, num_units, C, seed,
                      &stage[warp_id][0][lane_id * x128::size]);
 }
 

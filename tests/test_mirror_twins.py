@@ -241,6 +241,7 @@ def test_gpu_chunked_kernels_equal_their_twins(rng, dtype, case):
     dwte = p.dwte.copy()
 
     # Every warp of the chunk kernel's grid reads its unit row before it checks num_units: pad with zero rows.
+    # The grid has a row per channel group (the kernel's group is its blockIdx.y).
     grid = ceil_div(table.num_units, layout.CHUNKED_WARPS_PER_BLOCK)
     g_units = cupy.zeros((grid * layout.CHUNKED_WARPS_PER_BLOCK, 4), dtype=np.int32)
     g_units[: table.num_units] = cupy.asarray(table.units)
@@ -253,9 +254,8 @@ def test_gpu_chunked_kernels_equal_their_twins(rng, dtype, case):
 
     mirror.encoder_backward_wte_chunked_kernel(dwte, table.units, table.bt_list, p.dout, partials, table.num_units,
                                                C, seed)
-    prefetch_rows = np.int32(1)  # (asks L2 for the rows early: the values cannot change)
-    loader.launch(chunk_kernel, grid, layout.WARP_SIZE * layout.CHUNKED_WARPS_PER_BLOCK,
-                  (g_dwte, g_units, g_bt_list, g_dout, g_partials, g_num_units) + args + (prefetch_rows,))
+    loader.launch(chunk_kernel, (grid, num_c_groups(C, dtype)), layout.WARP_SIZE * layout.CHUNKED_WARPS_PER_BLOCK,
+                  (g_dwte, g_units, g_bt_list, g_dout, g_partials, g_num_units) + args)
     assert compare.bitwise_equal(g_partials, partials)
     assert compare.bitwise_equal(g_dwte, dwte)
 

@@ -203,7 +203,7 @@ def encoder_backward_wte_bucketed_warps(cuda, dwte, bucket_info, bt_list, dout, 
 
 def encoder_backward_wte_chunked(cuda, dwte, units, bt_list, dout, partials, num_units, C, seed):
     """``encoder_backward_wte_chunked_kernel``: one warp per unit (token, chunk of 32 items) and channel group
-    (``blockIdx.y``; a grid of fewer rows walks the remaining groups).
+    (``blockIdx.y``: the grid has a row per group).
 
     A single-chunk token is finished here; a multi-chunk token's warps leave their partial sums in
     ``partials`` for the combine kernel. ``units`` is flattened (4 ints per unit).
@@ -225,25 +225,25 @@ def encoder_backward_wte_chunked(cuda, dwte, units, bt_list, dout, partials, num
     # Lane i loads item i's position; shuffles hand each position to every lane.
     my_bt = int(bt_list[token_start + chunk_first + lane_id]) if lane_id < chunk_size else 0
 
-    for g in range(cuda.blockIdx.y, num_groups, cuda.gridDim.y):
-        c = g * c_per_warp + lane_id * size
-        has_channels = c < C
-        accum = np.zeros(size, dtype=np.float32)
-        for item in range(chunk_size):
-            bt = yield cuda.shfl_sync(my_bt, item)  # every lane takes part, even those without channels
-            if has_channels:
-                accum = fadd(accum, to_float(load128(dout, bt * C + c, cuda)))
-        if not has_channels:
-            continue
-        if single_chunk:
-            packed_dwte = load128(dwte, ix * C + c, cuda)
-            element = ix * C + c + np.arange(size)
-            packed_dwte = round_to_storage(fadd(accum, to_float(packed_dwte)), dwte.dtype, element,
-                                           NOISE_STREAM_DWTE, seed)
-            store128(dwte, ix * C + c, packed_dwte, cuda)
-        else:
-            start = (unit * num_groups + g) * c_per_warp + lane_id * size
-            partials[start : start + size] = accum
+    g = cuda.blockIdx.y
+    c = g * c_per_warp + lane_id * size
+    has_channels = c < C
+    accum = np.zeros(size, dtype=np.float32)
+    for item in range(chunk_size):
+        bt = yield cuda.shfl_sync(my_bt, item)  # every lane takes part, even those without channels
+        if has_channels:
+            accum = fadd(accum, to_float(load128(dout, bt * C + c, cuda)))
+    if not has_channels:
+        return
+    if single_chunk:
+        packed_dwte = load128(dwte, ix * C + c, cuda)
+        element = ix * C + c + np.arange(size)
+        packed_dwte = round_to_storage(fadd(accum, to_float(packed_dwte)), dwte.dtype, element,
+                                       NOISE_STREAM_DWTE, seed)
+        store128(dwte, ix * C + c, packed_dwte, cuda)
+    else:
+        start = (unit * num_groups + g) * c_per_warp + lane_id * size
+        partials[start : start + size] = accum
 
 
 def encoder_backward_wte_chunk_combine(cuda, dwte, units, partials, num_units, C, seed):
