@@ -65,7 +65,7 @@ def encoder_backward_wpe(dwpe, dout, B: int, T: int, C: int, seed: int) -> None:
 #: package takes it when dout takes at most this share of the L2 cache. On an H200 (60 MB of L2) that was faster at
 #: B=1 and B=8 (dout 1.6 and 12.6 MB) and slower at B=64 (101 MB), where the prefetched lines push each other out
 #: (docs/performance.md, part 12). (The chunk kernel asked L2 for its rows the same way up to part 14; without it,
-#: it is faster at every batch size, part 15.)
+#: it was faster at every batch size measured, part 15.)
 PREFETCH_MAX_L2_SHARE = 0.25
 
 
