@@ -77,8 +77,29 @@ def bucketed_warps_grid(max_buckets: int) -> int:
 CHUNK_ITEMS = 32
 #: Warps per block of the chunked wte kernel: each warp handles its own unit (bucket, chunk).
 CHUNKED_WARPS_PER_BLOCK = 8
-#: Threads per block of the chunk-combine kernel (``COMBINE_THREADS``): one block per multi-chunk token.
+#: Threads per block of the chunk-combine kernel (``COMBINE_THREADS``): a token's unit blocks share its channels.
 COMBINE_THREADS = 128
+#: 16-byte packs of partial sums in one of the combine kernel's two shared-memory stages (``COMBINE_STAGE_PACKS``).
+COMBINE_STAGE_PACKS = 1536
+#: The narrowest channel slice of the combine kernel, in columns of 4 channels (``COMBINE_MIN_COLUMNS``).
+COMBINE_MIN_COLUMNS = 8
+
+
+def combine_slices(num_chunks, C: int):
+    """``(num_slices, width)``: how the combine kernel cuts a token of ``num_chunks`` chunks (an int or an integer
+    array) into channel slices of ``width`` columns of 4 channels (the last slice may be narrower).
+
+    As many slices as chunks, so that each of the token's unit blocks takes one, but at least enough that a slice
+    fits a block's ``COMBINE_THREADS`` threads (one column each) and at most ``CEIL_DIV(columns,
+    COMBINE_MIN_COLUMNS)``, so that a slice's partial rows stay about 128 bytes or more. The width is then the
+    even split, and the count what that width needs. The block of the token's unit ``chunk`` takes slices
+    ``chunk``, ``chunk + num_chunks``, ... below ``num_slices``.
+    """
+    columns = C // 4
+    fewest, most = ceil_div(columns, COMBINE_THREADS), ceil_div(columns, COMBINE_MIN_COLUMNS)
+    wanted = np.minimum(np.maximum(num_chunks, fewest), most)
+    width = ceil_div(columns, wanted)
+    return ceil_div(columns, width), width
 
 #: Threads per block of the cooperative bucketing kernel (``BUCKETING_THREADS`` in bucketing.cu).
 BUCKETING_THREADS = 1024

@@ -43,6 +43,7 @@ from .layout import (
     WTE_WARPS,
     c_per_group,
     ceil_div,
+    combine_slices,
     num_c_groups,
     pack_size,
 )
@@ -222,28 +223,45 @@ def encoder_backward_wte_chunked_kernel(dwte, units, bt_list, dout, partials, nu
 
 
 def encoder_backward_wte_chunk_combine_kernel(dwte, units, partials, num_units: int, C: int, seed: int) -> None:
-    """Mirror of ``encoder_backward_wte_chunk_combine_kernel``: one block per multi-chunk token.
+    """Mirror of ``encoder_backward_wte_chunk_combine_kernel``: a multi-chunk token's unit blocks share its channels.
 
-    The block of a token's first unit adds the token's partials in chunk order (the first one taken as it
-    is: ``total = p_0``, then ``total += p_1`` ...), adds the old value and rounds. A token's partials
-    start at ``unit * c_padded`` (its units are consecutive, so chunk ``ch`` is ``ch * c_padded`` further).
-    Threads are rows (block, c) with four channels each, for every ``c = threadIdx.x * 4 + n * 4 *
-    COMBINE_THREADS < C``: all multiples of 4 below C.
+    The token's channels are cut into ``combine_slices`` slices of ``width`` columns of 4 channels; the block of the
+    token's unit ``chunk`` takes slices ``chunk``, ``chunk + num_chunks``, ... and its thread ``col`` adds column
+    ``slice * width + col``: the token's partials in chunk order (the first one taken as it is: ``total = p_0``,
+    then ``total += p_1`` ...), then the old value, and rounds. A token's partials start at ``(unit - chunk) *
+    c_padded`` (its units are consecutive, so chunk ``ch`` is ``ch * c_padded`` further). The kernel moves the
+    partials through shared memory in stages first; which thread copies which pack changes no sum, so the mirror
+    reads them where they lie.
     """
     c_padded = num_c_groups(C, dwte.dtype) * c_per_group(dwte.dtype)
     k = np.arange(4)
     dwte_flat = dwte.reshape(-1)
     work = units[:num_units].astype(np.int64)
     num_chunks = ceil_div(work[:, 3], CHUNK_ITEMS)
-    # Blocks that do work: a multi-chunk token's first unit (the others return at once).
-    first_units = np.flatnonzero((work[:, 1] == 0) & (num_chunks > 1))
-
-    unit, c = (a.reshape(-1) for a in np.meshgrid(first_units, np.arange(0, C, 4), indexing="ij"))
+    chunk = work[:, 1]
+    num_slices, width = combine_slices(num_chunks, C)
+    # Blocks that do work: a multi-chunk token's units with a slice to take (the others return at once).
+    blocks = np.flatnonzero((num_chunks > 1) & (chunk < num_slices))
+    # Each block's slices, round by round: chunk, chunk + num_chunks, ...
+    block_of, slice_of = [], []
+    for round_ in range(int(ceil_div(num_slices[blocks] - chunk[blocks], num_chunks[blocks]).max(initial=0))):
+        slices = chunk[blocks] + round_ * num_chunks[blocks]
+        taken = slices < num_slices[blocks]
+        block_of.append(blocks[taken])
+        slice_of.append(slices[taken])
+    block_of = np.concatenate(block_of) if block_of else np.zeros(0, np.int64)
+    slice_of = np.concatenate(slice_of) if slice_of else np.zeros(0, np.int64)
+    # Threads: one per column of each (block, slice), col = 0 .. cols - 1.
+    q0 = slice_of * width[block_of]
+    cols = np.minimum(width[block_of], C // 4 - q0)
+    unit = np.repeat(block_of, cols)
+    col = np.arange(int(cols.sum())) - np.repeat(np.cumsum(cols) - cols, cols)
+    c = (np.repeat(q0, cols) + col) * 4
     ix = work[unit, 0]
     chunks_of_thread = num_chunks[unit]
-    token_partials = unit * c_padded
+    token_partials = (unit - chunk[unit]) * c_padded
 
-    total = partials[(token_partials + c)[:, None] + k]  # chunk 0: total = loaded[0]
+    total = partials[(token_partials + c)[:, None] + k]  # chunk 0: total = p_0
     for ch in range(1, int(num_chunks.max(initial=1))):
         active = np.flatnonzero(ch < chunks_of_thread)
         loaded = partials[(token_partials[active] + ch * c_padded + c[active])[:, None] + k]

@@ -6,6 +6,7 @@
 //   load128 / load128cs    plain and streaming ("evict first") 16-byte loads
 //   prefetch_l2            ask L2 for a range of bytes without waiting for it
 //   copy16_async / wait_async_copies   16 bytes from global to shared memory without a register (sm_80+)
+//   commit_async_copies / wait_async_copies_but<N>   the same copies in groups, for stages kept in flight
 //   store128               plain 16-byte store
 //   wait_for_previous_grid / allow_next_grid   the two halves of a programmatic dependent launch (sm_90+)
 //   squirrel_noise5        a cheap, good-quality integer hash (Squirrel Eiserloh's SquirrelNoise5)
@@ -99,6 +100,23 @@ __device__ __forceinline__ void copy16_async(void* shared_target, const void* gl
 __device__ __forceinline__ void wait_async_copies() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+
+// Copies in groups, for a pipeline of stages: commit_async_copies() closes the group of this thread's copies issued
+// since the last commit; wait_async_copies_but<N>() waits until at most N of its groups are still in flight (so
+// every older group has landed). A stage issued, then the next one issued, then a wait with N = 1: the first has
+// landed and the second is still on its way while the thread works on the first.
+__device__ __forceinline__ void commit_async_copies() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void wait_async_copies_but() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 #endif
 }
 

@@ -24,9 +24,9 @@
 //     kernel(dwte, units, bt_list, dout, partials, num_units, C, seed)
 //     num_groups = CEIL_DIV(C, WARP_SIZE * x128::size): 3 for C = 768 in bf16. blockIdx.y is the group, so the
 //     grid must have exactly num_groups rows: a warp sums one channel group and keeps nothing across groups.
-//   encoder_backward_wte_chunk_combine_kernel: one block per multi-chunk token, one thread per 4 channels,
-//     adds the partials in chunk order, then the old value, and rounds once. Many chunk loads are kept in
-//     flight per thread, since a very frequent token has hundreds of chunks.
+//   encoder_backward_wte_chunk_combine_kernel: the blocks of a multi-chunk token's units share its channels
+//     (slices of columns of 4 channels); a block copies its slice's partials into shared memory, and one thread
+//     per column adds them in chunk order, then the old value, and rounds once.
 //     grid = max_multi_chunk_units, block = COMBINE_THREADS
 //     kernel(dwte, units, partials, num_units, C, seed)
 // units[u] = {ix, chunk, start, size}: the token, which chunk, and the token's range in bt_list.
@@ -63,7 +63,10 @@
 #define STAGED_MIN_BLOCKS 6
 #endif
 #define COMBINE_THREADS 128
-#define COMBINE_UNROLL 16
+// The combine kernel's stages: 1536 packs of 16 bytes each, two of them: 48 KB, the most static shared memory a
+// block may have. A slice is at least COMBINE_MIN_COLUMNS columns of 4 channels wide (128 bytes of a partial row).
+#define COMBINE_STAGE_PACKS 1536
+#define COMBINE_MIN_COLUMNS 8
 
 // The chunk's rows of dout, added in item order to accum: accum = ((accum + d[item 0]) + d[item 1]) + ...
 // One row at a time: each read waits for its row before the next is asked for (the order of the adds is fixed,
@@ -189,56 +192,112 @@ extern "C" __global__ void __launch_bounds__(WARP_SIZE* CHUNKED_WARPS_PER_BLOCK,
                      &stage[warp_id][0][lane_id * x128::size]);
 }
 
+// Stage one 16-byte pack of partial sums into shared memory: cp.async where there is one (the thread keeps no
+// register for it and can have many in flight), else a plain load and store (sm_75: the stage then simply fills
+// before the barrier that follows).
+__device__ __forceinline__ void stage_pack(float4* shared_target, const float* global_source) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    copy16_async(shared_target, global_source);
+#else
+    *shared_target = *reinterpret_cast<const float4*>(global_source);
+#endif
+}
+
+// The combine kernel. Adding a token's partials is one chain of dependent adds per channel, chunk after chunk. Until
+// part 16 each thread fetched its own partials, 16 chunks at a time, and waited one memory latency for every 16: a
+// token seen 9000 times (285 chunks at B=64 on Zipf ids) kept one block busy for about 20 us after every other warp
+// was done.
+// Two changes take the waiting off that chain, without touching the order of any add:
+//   * the token's channels are cut into slices, as many as it has chunks (between combine_slices' bounds), and
+//     the block of the token's unit `chunk` takes slice `chunk` (and chunk + num_chunks, ... where there are more
+//     slices than chunks): a frequent token's partials are read by up to 24 SMs at once, not one;
+//   * the whole block copies the slice's partials into shared memory, COMBINE_STAGE_PACKS packs per stage and two
+//     stages in flight (cp.async), and one thread per column of 4 channels adds them from there in chunk order.
+// (On an H200, chunk + combine kernels at B=64, uniform / Zipf / real ids: 73.9 / 78.4 / 58.4 us before, 72.5 /
+// 57.9 / 52.3 after; at B=8 17.2 / 29.5 / 26.7 before, 18.1 / 25.8 / 24.7 after; with every id equal 215 -> 80 us.
+// docs/performance.md, part 16.)
+// Slices: Q = C / 4 columns; num_slices = min(max(num_chunks, CEIL_DIV(Q, COMBINE_THREADS)), CEIL_DIV(Q,
+// COMBINE_MIN_COLUMNS)), then width = CEIL_DIV(Q, num_slices) columns each (the last may be narrower) and
+// num_slices = CEIL_DIV(Q, width). gpt2enc_edu.layout.combine_slices computes the same for the mirror.
 extern "C" __global__ void __launch_bounds__(COMBINE_THREADS)
     encoder_backward_wte_chunk_combine_kernel(floatX* dwte, const int4* units, const float* partials,
                                               const int* num_units, int C, unsigned int seed) {
+    __shared__ alignas(16) float4 stage[2][COMBINE_STAGE_PACKS];
     wait_for_previous_grid();  // the chunk kernel's partials and dwte rows are written from here on (common.cuh)
     int unit = blockIdx.x;
     if (unit >= *num_units) { return; }
     int4 work = units[unit];
     int ix = work.x;
+    int chunk = work.y;
     int num_chunks = CEIL_DIV(work.w, CHUNK_ITEMS);
-    // One block per multi-chunk token: the block of its first unit. (Single-chunk tokens are done already.)
-    if (work.y != 0 || num_chunks == 1) { return; }
+    if (num_chunks == 1) { return; }  // single-chunk tokens are done already
+    int q_total = C / 4;  // columns of 4 channels (C is a multiple of the 16-byte pack)
+    int num_slices = min(max(num_chunks, CEIL_DIV(q_total, COMBINE_THREADS)), CEIL_DIV(q_total, COMBINE_MIN_COLUMNS));
+    int width = CEIL_DIV(q_total, num_slices);
+    num_slices = CEIL_DIV(q_total, width);
+    if (chunk >= num_slices) { return; }  // the whole block leaves together: no barrier is skipped
     int c_padded = CEIL_DIV(C, WARP_SIZE * x128::size) * WARP_SIZE * x128::size;
-    const float* token_partials = partials + (size_t)unit * c_padded;
+    // The token's units are consecutive, so its chunk ch's partials are ch * c_padded after its first unit's.
+    const float* token_partials = partials + (size_t)(unit - chunk) * c_padded;
 
-    // Four channels per thread: C / 4 threads share a token, each with COMBINE_UNROLL loads in flight.
-    for (int c = threadIdx.x * 4; c < C; c += COMBINE_THREADS * 4) {
-        // The 4 old dwte values first, all at once: their latency overlaps the partials' loads. (Read one by
-        // one between the stores below, each load would wait for the store before it: the compiler cannot
-        // tell that they never alias.)
-        floatX* dwte_ix = dwte + ix * C + c;
+    for (int slice = chunk; slice < num_slices; slice += num_chunks) {
+        int q0 = slice * width;
+        int cols = min(width, q_total - q0);
+        int rows_per_stage = COMBINE_STAGE_PACKS / cols;
+        int num_stages = CEIL_DIV(num_chunks, rows_per_stage);
+        int col = threadIdx.x;  // the column this thread adds (threads past cols only copy)
+        bool adder = col < cols;
+        int c = (q0 + col) * 4;
+        // The 4 old dwte values first: their latency overlaps the copies.
         floatX old[4];
-        for (int k = 0; k < 4; k++) { old[k] = dwte_ix[k]; }
-        float4 total = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        for (int ch = 0; ch < num_chunks; ch += COMBINE_UNROLL) {
-            float4 loaded[COMBINE_UNROLL];
-#pragma unroll
-            for (int u = 0; u < COMBINE_UNROLL; u++) {
-                if (ch + u < num_chunks) {
-                    loaded[u] = *reinterpret_cast<const float4*>(token_partials + (size_t)(ch + u) * c_padded + c);
+        if (adder) {
+            for (int k = 0; k < 4; k++) { old[k] = dwte[ix * C + c + k]; }
+        }
+        // Stage s holds chunks s * rows_per_stage ... as rows of `cols` packs; every thread copies some of them.
+        auto copy_stage = [&](int s) {
+            if (s < num_stages) {
+                int first = s * rows_per_stage;
+                int packs = min(rows_per_stage, num_chunks - first) * cols;
+                for (int e = threadIdx.x; e < packs; e += COMBINE_THREADS) {
+                    int row = e / cols;
+                    int q = e - row * cols;
+                    stage_pack(&stage[s % 2][e], token_partials + (size_t)(first + row) * c_padded + (q0 + q) * 4);
                 }
             }
-#pragma unroll
-            for (int u = 0; u < COMBINE_UNROLL; u++) {
-                if (ch + u < num_chunks) {
-                    if (ch + u == 0) {
-                        total = loaded[u];
+            commit_async_copies();  // a group per stage, empty past the last, so that the wait below counts right
+        };
+        copy_stage(0);
+        copy_stage(1);
+        float4 total = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int s = 0; s < num_stages; s++) {
+            wait_async_copies_but<1>();  // this thread's copies of stage s have landed (stage s + 1 may not have)
+            __syncthreads();  // ... and everyone's
+            if (adder) {
+                int first = s * rows_per_stage;
+                int rows = min(rows_per_stage, num_chunks - first);
+                for (int row = 0; row < rows; row++) {
+                    float4 loaded = stage[s % 2][row * cols + col];
+                    if (first + row == 0) {  // chunk 0: total = p_0
+                        total = loaded;
                     } else {
-                        total.x += loaded[u].x;
-                        total.y += loaded[u].y;
-                        total.z += loaded[u].z;
-                        total.w += loaded[u].w;
+                        total.x += loaded.x;
+                        total.y += loaded.y;
+                        total.z += loaded.z;
+                        total.w += loaded.w;
                     }
                 }
             }
+            __syncthreads();  // stage s is read: its buffer may take stage s + 2
+            copy_stage(s + 2);
         }
-        // Write back the 4 dwte elements (8 bytes for bf16, 16 for fp32).
-        float sums[4] = {total.x, total.y, total.z, total.w};
-        for (int k = 0; k < 4; k++) {
-            round_to_storage(sums[k] + (float)old[k], &old[k], (unsigned int)(ix * C + c + k), NOISE_STREAM_DWTE, seed);
+        wait_async_copies();  // nothing is left in flight (the groups past the last stage are empty)
+        if (adder) {
+            float sums[4] = {total.x, total.y, total.z, total.w};
+            for (int k = 0; k < 4; k++) {
+                round_to_storage(sums[k] + (float)old[k], &old[k], (unsigned int)(ix * C + c + k), NOISE_STREAM_DWTE,
+                                 seed);
+            }
+            for (int k = 0; k < 4; k++) { dwte[ix * C + c + k] = old[k]; }
         }
-        for (int k = 0; k < 4; k++) { dwte_ix[k] = old[k]; }
     }
 }

@@ -130,7 +130,8 @@ print(f"token {top[0, 0]}: {len(top)} units, chunks {top[0, 1]}..{top[-1, 1]}, p
 #
 # A token with a single chunk is finished by its warp. A token with several chunks needs its partials added
 # in chunk order, so its warps store them in a scratch buffer, and a second, small kernel (the *combine*
-# kernel, one block per such token) adds them up. Here is the warp's body in per-thread Python
+# kernel) adds them up: the blocks of such a token's units share out its channels, a slice each, so that a token
+# with hundreds of chunks is added by many SMs at once. Here is the warp's body in per-thread Python
 # (`gpt2enc_edu.course.perthread`): the same index math and the same fp32 adds as the CUDA, one lane at a time.
 
 # %%
@@ -161,8 +162,9 @@ print(f"{small_table.num_units} units ({int((small_table.sizes[small_table.c_gro
 # `__shfl_sync` (no block barrier); the chunk kernel in two forms, one `chunk_warp` template apart: rows read
 # one at a time into registers, or 8 at a time into the warp's own slice of shared memory with `cp.async`
 # (more rows in flight without the registers to hold them; the package takes it where the grid is one wave:
-# on an H200 at GPT-2 shapes, up to two sequences), both adding the same rows in the same order; the combine kernel reading a
-# token's partials in chunk order.
+# on an H200 at GPT-2 shapes, up to two sequences), both adding the same rows in the same order; the combine kernel
+# copying its slice of a token's partials into shared memory with the whole block, two stages in flight, and then
+# adding them in chunk order with one thread per column of 4 channels.
 
 # %%
 display(Markdown(f"```cuda\n{kernel_source('encoder_backward_wte_chunked.cu')}\n```"))

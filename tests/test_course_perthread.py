@@ -68,8 +68,13 @@ def test_wte_bucketed_warps_form_in_any_bucket_order(rng, dtype, C, order, V):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_wte_chunked_and_combine_with_multi_chunk_tokens(rng, dtype):
-    p = _problem(rng, dtype, B=3, T=60, V=4)  # 180 positions over 4 ids: tokens of several 32-item chunks
+@pytest.mark.parametrize("shape", [
+    pytest.param(dict(B=3, T=60, V=4), id="4-tokens"),  # 180 positions over 4 ids: tokens of several chunks
+    pytest.param(dict(B=1, T=500, V=1, C=64), id="16-chunks-2-slices"),  # a slice per block, blocks left over
+    pytest.param(dict(B=2, T=30, V=1, C=1200), id="C1200-2-chunks-3-slices"),  # block 0 takes slices 0 and 2
+])
+def test_wte_chunked_and_combine_with_multi_chunk_tokens(rng, dtype, shape):
+    p = _problem(rng, dtype, **shape)
     table = build_bucket_table(p.inp, p.C, dtype)
     assert (table.units[:, 1] > 0).any()
     seed = int(rng.integers(2**32))

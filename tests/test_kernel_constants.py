@@ -23,6 +23,8 @@ def _defines(file_name: str) -> dict[str, int]:
     ("encoder_backward_wte_chunked.cu", "CHUNK_ITEMS", layout.CHUNK_ITEMS),
     ("encoder_backward_wte_chunked.cu", "CHUNKED_WARPS_PER_BLOCK", layout.CHUNKED_WARPS_PER_BLOCK),
     ("encoder_backward_wte_chunked.cu", "COMBINE_THREADS", layout.COMBINE_THREADS),
+    ("encoder_backward_wte_chunked.cu", "COMBINE_STAGE_PACKS", layout.COMBINE_STAGE_PACKS),
+    ("encoder_backward_wte_chunked.cu", "COMBINE_MIN_COLUMNS", layout.COMBINE_MIN_COLUMNS),
     ("bucketing.cu", "CHUNK_ITEMS", layout.CHUNK_ITEMS),
     ("bucketing.cu", "BUCKETING_THREADS", layout.BUCKETING_THREADS),
     ("bucketing.cu", "NUM_COUNTERS", layout.NUM_COUNTERS),

@@ -69,6 +69,8 @@ CHUNKED_CASES = [  # (B, T, C, V, ids): random and skewed, C past a group bounda
     pytest.param((1, 3000, 72, 5, "repeated"), id="one-token-3000x"),
     pytest.param((8, 256, 136, 2, "uniform"), id="V2-1000x"),
     pytest.param((1, 1, 8, 3, "uniform"), id="B1-T1"),
+    pytest.param((8, 1024, 768, 3, "repeated"), id="one-token-8192x-C768"),  # combine: 24 slices, 2 stages each
+    pytest.param((2, 1024, 1600, 40, "uniform"), id="C1600-2-chunks"),  # combine: 4 slices, 2 per block
 ]
 
 
@@ -116,6 +118,20 @@ def test_chunk_kernel_partials_layout_then_combine(rng, dtype):
 
     mirror.encoder_backward_wte_chunk_combine_kernel(dwte, table.units, partials, table.num_units, C, seed)
     assert compare.bitwise_equal(dwte, expected)
+
+
+@settings(max_examples=300, deadline=None)
+@given(num_chunks=st.integers(2, 5000), columns=st.integers(1, 3000))
+def test_combine_slices_give_every_column_one_thread(num_chunks, columns):
+    """The combine kernel's slices of a token: each column of 4 channels in exactly one slice, no slice empty or
+    wider than a block's threads, no more slices than the chunks or COMBINE_MIN_COLUMNS allow; arrays as ints do."""
+    num_slices, width = layout.combine_slices(num_chunks, 4 * columns)
+    assert (num_slices - 1) * width < columns <= num_slices * width
+    assert 1 <= width <= layout.COMBINE_THREADS
+    assert num_slices <= ceil_div(columns, layout.COMBINE_MIN_COLUMNS)
+    assert num_slices <= max(num_chunks, ceil_div(columns, layout.COMBINE_THREADS))  # no more than the chunks ask
+    as_array = layout.combine_slices(np.array([num_chunks, num_chunks]), 4 * columns)
+    assert [a.tolist() for a in as_array] == [[num_slices] * 2, [width] * 2]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -218,6 +234,8 @@ GPU_CASES = [  # (B, T, C, V, ids)
     pytest.param((1, 3000, 264, 7, "repeated"), id="one-token-3000x"),
     pytest.param((4, 300, 72, 1200, "distinct"), id="all-distinct"),
     pytest.param((1, 1, 8, 5, "uniform"), id="B1-T1"),
+    pytest.param((8, 1024, 768, 3, "repeated"), id="one-token-8192x-C768"),  # combine: 24 slices, 2 stages each
+    pytest.param((2, 1024, 1600, 40, "uniform"), id="C1600-2-chunks"),  # combine: 4 slices, 2 per block
 ]
 POISON = 0x5A5A5A5A
 

@@ -20,12 +20,14 @@ from ..layout import (
     BLOCK_SIZE,
     CHUNK_ITEMS,
     CHUNKED_WARPS_PER_BLOCK,
+    COMBINE_STAGE_PACKS,
     COMBINE_THREADS,
     WARP_SIZE,
     WTE_BLOCK_SIZE,
     WTE_WARPS,
     bucketed_warps_grid,
     ceil_div,
+    combine_slices,
     pack_size,
 )
 from ..rounding import NOISE_STREAM_DWPE, NOISE_STREAM_DWTE
@@ -247,28 +249,50 @@ def encoder_backward_wte_chunked(cuda, dwte, units, bt_list, dout, partials, num
 
 
 def encoder_backward_wte_chunk_combine(cuda, dwte, units, partials, num_units, C, seed):
-    """``encoder_backward_wte_chunk_combine_kernel``: one block per multi-chunk token adds its partials in
-    chunk order, then the old value, and rounds once; four channels per thread."""
+    """``encoder_backward_wte_chunk_combine_kernel``: the blocks of a multi-chunk token's units share its channels
+    (``combine_slices``). A block copies its slice's partials into shared memory a stage at a time, and thread
+    ``col`` adds column ``col`` (4 channels) in chunk order, then the old value, and rounds once. (The CUDA kernel
+    keeps two stages in flight with cp.async; here a copy is done once it is written, so one stage serves.)"""
+    stage = cuda.shared_array("stage", (COMBINE_STAGE_PACKS, 4), np.float32)
     size = pack_size(dwte.dtype)
     unit = cuda.blockIdx.x
     if unit >= num_units[0]:
         return
     ix, chunk, _, token_size = (int(v) for v in units[4 * unit : 4 * unit + 4])
     num_chunks = ceil_div(token_size, CHUNK_ITEMS)
-    if chunk != 0 or num_chunks == 1:
-        return  # only the block of a multi-chunk token's first unit works
+    if num_chunks == 1:
+        return  # single-chunk tokens are done already
+    num_slices, width = (int(v) for v in combine_slices(num_chunks, C))
+    if chunk >= num_slices:
+        return  # the whole block leaves together
     c_padded = ceil_div(C, WARP_SIZE * size) * WARP_SIZE * size
-    token_partials = unit * c_padded
+    token_partials = (unit - chunk) * c_padded  # the token's units are consecutive
 
-    for c in range(cuda.threadIdx.x * 4, C, COMBINE_THREADS * 4):
-        total = partials[token_partials + c : token_partials + c + 4].copy()  # chunk 0
-        for ch in range(1, num_chunks):
-            start = token_partials + ch * c_padded + c
-            total = fadd(total, partials[start : start + 4])
-        for k in range(4):
-            element = ix * C + c + k
-            dwte[element] = round_to_storage(fadd(total[k], to_float(dwte[element])), dwte.dtype, element,
-                                             NOISE_STREAM_DWTE, seed)
+    for slice_ in range(chunk, num_slices, num_chunks):
+        q0 = slice_ * width
+        cols = min(width, C // 4 - q0)
+        rows_per_stage = COMBINE_STAGE_PACKS // cols
+        col = cuda.threadIdx.x  # the column this thread adds (threads past cols only copy)
+        adder = col < cols
+        c = (q0 + col) * 4
+        total = None
+        for first in range(0, num_chunks, rows_per_stage):
+            rows = min(rows_per_stage, num_chunks - first)
+            for e in range(cuda.threadIdx.x, rows * cols, COMBINE_THREADS):  # every thread copies some packs
+                row, q = divmod(e, cols)
+                start = token_partials + (first + row) * c_padded + (q0 + q) * 4
+                stage[e] = partials[start : start + 4]
+            yield cuda.syncthreads()  # the stage is full
+            if adder:
+                for row in range(rows):
+                    loaded = stage[row * cols + col]
+                    total = loaded.copy() if first + row == 0 else fadd(total, loaded)  # chunk 0: total = p_0
+            yield cuda.syncthreads()  # the stage is read: the next one may overwrite it
+        if adder:
+            for k in range(4):
+                element = ix * C + c + k
+                dwte[element] = round_to_storage(fadd(total[k], to_float(dwte[element])), dwte.dtype, element,
+                                                 NOISE_STREAM_DWTE, seed)
 
 
 # ------------------------------------------------------------------------------------------------------
