@@ -300,11 +300,16 @@ def scatter_sort_blocks(BT: int, V: int) -> tuple[int, int]:
     warps take the small tokens in turn).
 
     Big tokens: one block each, at most two per SM (a 1024-thread block with an 8 KiB bitmap; two fit an SM). Small
-    tokens: a warp for every token that may need one (min(V, BT) of them), so each warp walks once. The kernel takes
-    any pool; a pool of one wave (two blocks per SM) made the table alone faster on an H200 at B=64 but the whole
-    backward slower, where the wpe kernel holds SM slots beside it (docs/performance.md, part 8)."""
-    big_blocks = max(1, min(scatter_max_big(BT), 2 * device_facts().sm_count))
-    return big_blocks, ceil_div(min(V, BT), SCATTER_THREADS // WARP_SIZE)
+    tokens: a pool of at most one block per SM, whose warps walk the tokens in turn (fewer blocks if there are fewer
+    tokens than the pool has warps). A warp per token in a grid sized for every token that may need one (about
+    1,600 blocks at B=64, most of whose warps leave at once) was slower on an H200 since the wpe kernel took
+    1024-thread blocks (part 9): the table alone 25.5 / 33.6 / 36.6 -> 21.9 / 33.7 / 33.4 us at B=64 (uniform / Zipf
+    / real ids), the chunked backward with it 111.0 / 103.9 / 99.4 -> 108.9 / 103.8 / 96.2; B=8 unchanged. Part 8,
+    before part 9, had measured the same pool faster alone but slower in the backward (docs/performance.md, part
+    16)."""
+    facts = device_facts()
+    big_blocks = max(1, min(scatter_max_big(BT), 2 * facts.sm_count))
+    return big_blocks, min(ceil_div(min(V, BT), SCATTER_THREADS // WARP_SIZE), facts.sm_count)
 
 
 #: How many ids buffers a scatter workspace keeps a graph for (each graph reads its buffer in place).

@@ -33,8 +33,9 @@
 //   6. scatter_sort_kernel        grid big_blocks + small_blocks, block SCATTER_THREADS
 //        (bt_list, bucket_info, num_c_groups, big_unit_starts, class_bases, units, counters, BT, big_blocks)
 //   big_blocks: the blocks of kernel 6 that sort big tokens (the package: min(BT / 33 + 1, 2 per SM));
-//   small_blocks (any number >= 1): a pool whose warps take the small tokens in turn (the package: a warp per
-//   token, CEIL_DIV(min(V, BT), SCATTER_WARPS)). Kernel 3 keeps all big keys in shared memory (32 KB).
+//   small_blocks (any number >= 1): a pool whose warps take the small tokens in turn (the package: one block per
+//   SM, fewer where CEIL_DIV(min(V, BT), SCATTER_WARPS) blocks give every token a warp).
+//   Kernel 3 keeps all big keys in shared memory (32 KB).
 // Workspace: counts[V], tile_totals[CEIL_DIV(V, 1024) * CHUNK_ITEMS], big_list and big_sorted and
 // big_unit_starts[BT / (CHUNK_ITEMS + 1) + 1], class_bases[3 * CHUNK_ITEMS], token_starts[V].
 // Requires 1 <= BT <= SCATTER_MAX_BT (the bitmap is static shared memory); any V. counters as in bucketing.cu,
@@ -307,11 +308,10 @@ extern "C" __global__ void __launch_bounds__(SCATTER_THREADS)
     }
     // The other blocks are a pool of warps that take the small tokens in turn: warp w of the pool takes ranks
     // num_big + w, num_big + w + pool, ... Class 1 comes last in rank order and a single position is sorted
-    // already, so the walk ends at its first rank. The package launches a warp for every token that may need one
-    // (each walks once). On an H200 at B=64 a pool of one wave (two blocks per SM) made the table alone faster
-    // (22.0 -> 18.8 us on uniform ids, as graph replays) but the whole backward slower (120 -> 126 us): there the
-    // wpe kernel runs beside the table, and a pool of long-lived blocks waits for SM slots that many short blocks
-    // find (docs/performance.md, part 8; measured before the wpe kernel took 1024-thread blocks, part 9).
+    // already, so the walk ends at its first rank. The package launches a pool of one block per SM: on an H200 at
+    // B=64 that made the table alone 0-4 us faster and the chunked backward 0-3 us faster than a warp for every
+    // token that may need one (about 1,600 blocks, most of whose warps leave at once). Before the wpe kernel took
+    // 1024-thread blocks (part 9), the same pool had made the backward slower (docs/performance.md, parts 8 and 16).
     int end = class_bases[BASE_RANK * CHUNK_ITEMS + 0];
     int pool = ((int)gridDim.x - big_blocks) * SCATTER_WARPS;
     for (int rank = num_big + ((int)blockIdx.x - big_blocks) * SCATTER_WARPS + warp; rank < end; rank += pool) {
