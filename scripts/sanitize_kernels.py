@@ -98,7 +98,8 @@ SHAPES = {
     "B1-C776": (1, 37, 776, 300, 40, "uniform"),
     "T1": (3, 1, 64, 1000, 4, "uniform"),
     "one-item-buckets": (2, 3, 264, 50257, 3, "uniform"),
-    "thousands-per-bucket": (8, 1024, 64, 2, 1024, "uniform"),
+    # two tokens of about 8192 positions: 256 chunks each, so the combine kernel's slices take two stages
+    "thousands-per-bucket": (16, 1024, 64, 2, 1024, "uniform"),
     # past the one-block bucketing kernel's limits (BT > 8192, V > 65536): the cooperative bucketing kernel
     "big-bucketing": (3, 3000, 64, 70000, 3000, "zipf"),
 }
