@@ -81,7 +81,7 @@ CHUNKED_WARPS_PER_BLOCK = 8
 COMBINE_THREADS = 128
 #: 16-byte packs of partial sums in one of the combine kernel's two shared-memory stages (``COMBINE_STAGE_PACKS``).
 COMBINE_STAGE_PACKS = 1536
-#: The narrowest channel slice of the combine kernel, in columns of 4 channels (``COMBINE_MIN_COLUMNS``).
+#: About the narrowest channel slice of the combine kernel, in columns of 4 channels (``COMBINE_MIN_COLUMNS``).
 COMBINE_MIN_COLUMNS = 8
 
 
@@ -91,8 +91,9 @@ def combine_slices(num_chunks, C: int):
 
     As many slices as chunks, so that each of the token's unit blocks takes one, but at least enough that a slice
     fits a block's ``COMBINE_THREADS`` threads (one column each) and at most ``CEIL_DIV(columns,
-    COMBINE_MIN_COLUMNS)``, so that a slice's partial rows stay about 128 bytes or more. The width is then the
-    even split, and the count what that width needs. The block of the token's unit ``chunk`` takes slices
+    COMBINE_MIN_COLUMNS)``, so that a slice is not much narrower than ``COMBINE_MIN_COLUMNS`` columns (128 bytes of
+    a partial row; a little narrower only where the columns do not divide evenly). The width is then the even
+    split, and the count what that width needs. The block of the token's unit ``chunk`` takes slices
     ``chunk``, ``chunk + num_chunks``, ... below ``num_slices``.
     """
     columns = C // 4

@@ -64,7 +64,8 @@
 #endif
 #define COMBINE_THREADS 128
 // The combine kernel's stages: 1536 packs of 16 bytes each, two of them: 48 KB, the most static shared memory a
-// block may have. A slice is at least COMBINE_MIN_COLUMNS columns of 4 channels wide (128 bytes of a partial row).
+// block may have. A token gets at most CEIL_DIV(C / 4, COMBINE_MIN_COLUMNS) slices, so a slice is about
+// COMBINE_MIN_COLUMNS columns of 4 channels wide or wider (128 bytes of a partial row).
 #define COMBINE_STAGE_PACKS 1536
 #define COMBINE_MIN_COLUMNS 8
 
@@ -210,7 +211,7 @@ __device__ __forceinline__ void stage_pack(float4* shared_target, const float* g
 // Two changes take the waiting off that chain, without touching the order of any add:
 //   * the token's channels are cut into slices, as many as it has chunks (between combine_slices' bounds), and
 //     the block of the token's unit `chunk` takes slice `chunk` (and chunk + num_chunks, ... where there are more
-//     slices than chunks): a frequent token's partials are read by up to 24 SMs at once, not one;
+//     slices than chunks): a frequent token's partials are read by up to 24 SMs at once (C = 768), not one;
 //   * the whole block copies the slice's partials into shared memory, COMBINE_STAGE_PACKS packs per stage and two
 //     stages in flight (cp.async), and one thread per column of 4 channels adds them from there in chunk order.
 // (On an H200, chunk + combine kernels at B=64, uniform / Zipf / real ids: 73.9 / 78.4 / 58.4 us before, 72.5 /
