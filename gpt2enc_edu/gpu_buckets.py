@@ -6,7 +6,7 @@ into device buffers, by one of three routes (``ROUTES``; ``bucketing_route`` say
 * ``"small"`` (B*T <= ``SMALL_MAX_BT`` = 1024 ids, V <= ``SMALL_MAX_V``): ``bucketing_small_kernel``
   (``kernels/bucketing_small.cu``), one block, one launch, a bitonic sort of 1024 keys (two per thread), then
   ranks by count class;
-* ``"scatter"`` (B*T <= ``SCATTER_MAX_BT`` ids): six short kernels of ``kernels/bucketing_scatter.cu``, no sort
+* ``"scatter"`` (B*T <= ``SCATTER_MAX_BT`` ids): five short kernels of ``kernels/bucketing_scatter.cu``, no sort
   of the positions and no grid-wide barrier;
 * ``"cooperative"`` (larger batches): one cooperative ``bucketing_kernel`` (``kernels/bucketing.cu``), one block
   per SM at most, two radix sorts separated by grid barriers.
@@ -190,7 +190,7 @@ class _Workspace:
             self.big_list, self.big_sorted, self.big_unit_starts = (cupy.empty(big, i32) for _ in range(3))
             self.class_bases = cupy.empty(3 * CHUNK_ITEMS, i32)
             self.token_starts = cupy.empty(V, i32)
-            # counts are zero between tables (kernel 5 counts every token back down); a run stopped before kernel 5
+            # counts are zero between tables (kernel 4 counts every token back down); a run stopped before kernel 4
             # leaves them dirty, and the next run clears them first (_launch_scatter).
             self.counts_dirty = False
             self.inp_copy = cupy.empty(BT, i32)  # the ids the copy graph reads (see _launch_scatter_graph)
@@ -237,7 +237,7 @@ def routes_for(BT: int, V: int) -> tuple[str, ...]:
 def bucketing_route(BT: int, V: int) -> str:
     """The route ``build_bucket_table_gpu`` takes by itself for BT ids of a vocabulary of V (see ``ROUTES``):
     the first of ``routes_for``, the fastest where it fits (one launch for one sequence, then the scatter route's
-    six short kernels, then the cooperative kernel)."""
+    five short kernels, then the cooperative kernel)."""
     return routes_for(BT, V)[0]
 
 
@@ -255,21 +255,21 @@ def _check_route(route, BT: int, V: int) -> str:
 
 def _launch_scatter(cupy, inp, BT: int, V: int, groups: int, dtype, ws, stop_after: int,
                     clear_counts: bool = False) -> None:
-    """The scatter route: kernels 1-6 of bucketing_scatter.cu (``stop_after`` = k > 0: only the first k; < 0: none).
+    """The scatter route: kernels 1-5 of bucketing_scatter.cu (``stop_after`` = k > 0: only the first k; < 0: none).
 
     Kernel 1 adds into ``counts``, which must be zero when it starts. They are, without a memset: a workspace starts
-    with zeros and kernel 5 counts every token back down. Only a run stopped before kernel 5 (phase timing) leaves
+    with zeros and kernel 4 counts every token back down. Only a run stopped before kernel 4 (phase timing) leaves
     them dirty; the next run then clears them first, as does ``clear_counts=True``. (The memset was 1.2-1.3 us of
     every table on an H200, as graph replays; docs/performance.md, part 8.)
     """
-    steps = 6 if stop_after == 0 else max(stop_after, 0)
+    steps = len(SCATTER_PHASES) if stop_after == 0 else max(stop_after, 0)
     stream = cupy.cuda.get_current_stream()
     if clear_counts or ws.counts_dirty:
         cupy.cuda.runtime.memsetAsync(ws.counts.data.ptr, 0, ws.counts.nbytes, stream.ptr)
         ws.counts_dirty = False
     if steps < 1:
         return
-    ws.counts_dirty = True  # until kernel 5 is queued (a launch that fails on the way leaves it so)
+    ws.counts_dirty = True  # until kernel 4 is queued (a launch that fails on the way leaves it so)
     kernel = lambda name: get_kernel("bucketing_scatter.cu", name, dtype)  # noqa: E731
     num_tiles = ceil_div(V, SCATTER_THREADS)
     position_grid = ceil_div(BT, SCATTER_SMALL_BLOCK)
@@ -278,12 +278,9 @@ def _launch_scatter(cupy, inp, BT: int, V: int, groups: int, dtype, ws, stop_aft
         ("scatter_count_kernel", position_grid, SCATTER_SMALL_BLOCK, (inp, np.int32(BT), ws.counts, ws.counters)),
         ("scatter_classify_kernel", num_tiles, SCATTER_THREADS,
          (ws.counts, np.int32(V), ws.tile_totals, ws.big_list, ws.counters)),
-        ("scatter_bases_kernel", 1, SCATTER_THREADS,
-         (ws.counts, np.int32(num_tiles), ws.tile_totals, ws.big_list, np.int32(groups), ws.big_sorted,
-          ws.big_unit_starts, ws.class_bases, ws.info, ws.token_starts, ws.counters)),
-        ("scatter_small_rows_kernel", num_tiles, SCATTER_THREADS,
-         (ws.counts, np.int32(V), ws.tile_totals, ws.class_bases, np.int32(groups), ws.info, ws.units,
-          ws.token_starts)),
+        ("scatter_rows_kernel", 1 + num_tiles, SCATTER_THREADS,
+         (ws.counts, np.int32(V), ws.tile_totals, ws.big_list, np.int32(groups), ws.big_sorted, ws.big_unit_starts,
+          ws.class_bases, ws.info, ws.units, ws.token_starts, ws.counters)),
         ("scatter_positions_kernel", position_grid, SCATTER_SMALL_BLOCK,
          (inp, np.int32(BT), ws.counts, ws.token_starts, ws.bt_list)),
         ("scatter_sort_kernel", big_blocks + small_blocks, SCATTER_THREADS,
@@ -292,11 +289,11 @@ def _launch_scatter(cupy, inp, BT: int, V: int, groups: int, dtype, ws, stop_aft
     )
     for step, (name, grid, block, args) in enumerate(launches[:steps]):
         launch(kernel(name), grid, block, args, after_kernel=step > 0)  # kernel 1: after whatever came before
-    ws.counts_dirty = steps < 5
+    ws.counts_dirty = steps < 4
 
 
 def scatter_sort_blocks(BT: int, V: int) -> tuple[int, int]:
-    """The grid of the scatter route's kernel 6 on the current device: (blocks that sort big tokens, blocks whose
+    """The grid of the scatter route's kernel 5 on the current device: (blocks that sort big tokens, blocks whose
     warps take the small tokens in turn).
 
     Big tokens: one block each, at most two per SM (a 1024-thread block with an 8 KiB bitmap; two fit an SM). Small
@@ -317,7 +314,7 @@ SCATTER_GRAPHS = 8
 
 
 def _launch_scatter_graph(cupy, inp, BT: int, V: int, groups: int, dtype, ws) -> None:
-    """The whole scatter route as one CUDA graph: its six kernels replayed with no launch gap between them.
+    """The whole scatter route as one CUDA graph: its five kernels replayed with no launch gap between them.
 
     Launched one by one from the host, the steps leave about a microsecond between each other on the GPU (measured
     on an H200: the table took 34 us launched step by step, 26 us as a graph, at B=64). A graph's kernels keep the
@@ -362,7 +359,7 @@ def _launch_scatter_graph(cupy, inp, BT: int, V: int, groups: int, dtype, ws) ->
 
 
 def _capture_scatter(cupy, inp, BT: int, V: int, groups: int, dtype, ws):
-    """A graph of the scatter route's six kernels reading the ids at ``inp`` (counts must be clean: no memset)."""
+    """A graph of the scatter route's five kernels reading the ids at ``inp`` (counts must be clean: no memset)."""
     capture = cupy.cuda.Stream(non_blocking=True)
     with capture:
         capture.begin_capture()
@@ -432,11 +429,11 @@ COOPERATIVE_PHASES = ("clear", "count tokens", "count values present", "classes 
                       "sort tokens by class", "ranks and starts (2 scans)", "sort positions by rank",
                       "write the table")
 #: The scatter route's steps: one kernel each.
-SCATTER_PHASES = ("count tokens", "classify tokens", "big tokens and class bases", "rows of small tokens",
-                  "scatter positions", "sort each token's positions")
+SCATTER_PHASES = ("count tokens", "classify tokens", "rows (big tokens beside the tiles)", "scatter positions",
+                  "sort each token's positions")
 PHASES = {"small": SMALL_PHASES, "cooperative": COOPERATIVE_PHASES, "scatter": SCATTER_PHASES}
 KERNEL_NAMES = {"small": "bucketing_small_kernel", "cooperative": "bucketing_kernel",
-                "scatter": "bucketing_scatter.cu (6 kernels)"}
+                "scatter": "bucketing_scatter.cu (5 kernels)"}
 
 
 def phase_times_us(inp, C: int, dtype, V: int, *, repeats: int = 20, route: str | None = None) -> dict:
@@ -446,8 +443,8 @@ def phase_times_us(inp, C: int, dtype, V: int, *, repeats: int = 20, route: str 
     1, 2, ... (``stop_after``), and whole; a phase's time is the difference between the runs that end after it
     and before it. ``"launch"`` is a run of the one-kernel routes that returns at once (the scatter route's
     phases are kernels of their own, each launch inside its phase: 0 there). A run of the scatter route stopped
-    before kernel 5 leaves its counts dirty, so every timed run of it clears them first (a memset, which the table
-    itself needs only after such a run): its baseline is a run of the memset alone, and its total is the six
+    before kernel 4 leaves its counts dirty, so every timed run of it clears them first (a memset, which the table
+    itself needs only after such a run): its baseline is a run of the memset alone, and its total is the five
     kernels. Each run is ``repeats`` launches
     captured in a CUDA graph (so host launch overhead stays out), timed with events; the median of 5 replays
     counts. Returns ``{"kernel": name, "route": route, "launch": us, <phase>: us, ..., "total": us}``.

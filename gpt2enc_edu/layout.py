@@ -126,6 +126,9 @@ COUNTER_NUM_BUCKETS = 3
 COUNTER_NUM_UNITS = 4
 #: The scatter route's number of big tokens (seen more than ``CHUNK_ITEMS`` times), ``COUNTER_NUM_BIG``.
 COUNTER_NUM_BIG = 5
+#: The scatter route's big tokens' positions and chunks, all together (kernel 2 adds them up, kernel 3 reads them).
+COUNTER_BIG_ITEMS = 6
+COUNTER_BIG_UNITS = 7
 
 #: The scatter route (``kernels/bucketing_scatter.cu``): blocks of its per-token and sorting kernels, blocks of its
 #: per-position kernels, and the most ids it buckets (its bitmap of all positions is static shared memory).

@@ -20,7 +20,7 @@ loops here, so the order of every sum is the kernel's order.
   1024 ids in one launch): its sort and segments, then the same sums as the chunk, combine and wpe kernels (the
   kernel file says why), which their mirrors do
 * ``encoder_backward_atomic`` <-> ``encoder_backward_atomic_fp32_kernel`` / ``..._bf16_kernel``
-* the bucket table's kernels have their twins: the scatter route (``bucketing_scatter.cu``, six kernels) in
+* the bucket table's kernels have their twins: the scatter route (``bucketing_scatter.cu``, five kernels) in
   ``mirror_bucketing_scatter.py``, the cooperative ``bucketing_kernel`` phase by phase in ``mirror_bucketing.py``,
   the one-block ``bucketing_small_kernel`` in ``mirror_bucketing_small.py``
 

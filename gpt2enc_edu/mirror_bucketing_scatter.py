@@ -3,24 +3,26 @@
 Read it beside the kernels. Each function has the name of one kernel, works on the same buffers (a
 ``ScatterWorkspace``, the kernels' arguments by name) and is vectorised over that kernel's threads:
 
-0. ``clear_counts``: the zeros ``counts`` must hold when kernel 1 starts (a fresh workspace's; kernel 5 leaves
+0. ``clear_counts``: the zeros ``counts`` must hold when kernel 1 starts (a fresh workspace's; kernel 4 leaves
    them so for the next table, and the package clears them only after a run stopped early).
 1. ``scatter_count_kernel``: ``counts[ix]``, one add per (warp, id) as the warp-aggregated atomics do.
 2. ``scatter_classify_kernel``: per tile of 1024 tokens the number of tokens of each class (class c = seen
-   exactly c <= 32 times); the big tokens (seen more often) listed.
-3. ``scatter_bases_kernel``: big tokens ranked by their keys (count, then id); their starts, buckets and
-   first units; where each class starts in rank order, in ``bt_list`` and in the unit list; the sizes.
-4. ``scatter_small_rows_kernel``: each small token's place in its class (earlier tiles + earlier warps of its
-   tile + earlier lanes of its warp), its start (arithmetic: the class's tokens all have c items), buckets, unit.
-5. ``scatter_positions_kernel``: every position into its token's range at the slot the atomics give.
-6. ``scatter_sort_kernel``: each range sorted: big tokens through a bitmap of all positions, small ones by
+   exactly c <= 32 times); the big tokens (seen more often) listed, their items and units added up.
+3. ``scatter_rows_kernel``: where each class starts in rank order, in ``bt_list`` and in the unit list, from the
+   class totals and the big tokens' three numbers (``class_bases_warp``, in every block). Block 0
+   (``big_token_rows``): big tokens ranked by their keys (count, then id); their starts, buckets and first units;
+   the class bases and the sizes written out. The other blocks (``small_token_rows``, a tile of token ids each):
+   each small token's place in its class (earlier tiles + earlier warps of its tile + earlier lanes of its warp),
+   its start (arithmetic: the class's tokens all have c items), buckets, unit.
+4. ``scatter_positions_kernel``: every position into its token's range at the slot the atomics give.
+5. ``scatter_sort_kernel``: each range sorted: big tokens through a bitmap of all positions, small ones by
    counting smaller neighbours (a pool of warps takes them in turn; the twin takes them in rank order); the big
    tokens' units.
 
 Two steps of the GPU depend on timing, not on the data: the order in which kernel 2 lists the big tokens and the
-slots kernel 5's atomics hand out. Neither reaches the table (kernel 3 ranks by keys alone; kernel 6 sorts every
-range). The twin lists big tokens by id and takes the warps of kernel 5 in order (so every range comes out in
-descending bt before kernel 6). ``bucketing_scatter(inp, C, dtype, V)`` runs all of it and returns the
+slots kernel 4's atomics hand out. Neither reaches the table (kernel 3 ranks by keys alone; kernel 5 sorts every
+range). The twin lists big tokens by id and takes the warps of kernel 4 in order (so every range comes out in
+descending bt before kernel 5). ``bucketing_scatter(inp, C, dtype, V)`` runs all of it and returns the
 ``BucketTable`` that ``buckets.build_bucket_table`` builds (``tests/test_mirror_bucketing_scatter.py``).
 """
 
@@ -33,6 +35,8 @@ import numpy as np
 from .buckets import BucketTable
 from .layout import (
     CHUNK_ITEMS,
+    COUNTER_BIG_ITEMS,
+    COUNTER_BIG_UNITS,
     COUNTER_MAX_COUNT,
     COUNTER_NUM_BIG,
     COUNTER_NUM_BUCKETS,
@@ -130,7 +134,7 @@ def scatter_count_kernel(ws: ScatterWorkspace) -> None:
     """One thread per position; per warp, the lowest lane of each id adds the number of its peers."""
     bt = np.arange(ws.BT)
     ix = ws.inp
-    ws.counters[COUNTER_NUM_BIG] = 0
+    ws.counters[[COUNTER_NUM_BIG, COUNTER_BIG_ITEMS, COUNTER_BIG_UNITS]] = 0
     warp = bt // WARP_SIZE
     _, leader, peers = np.unique(warp.astype(np.int64) * ws.V + ix, return_index=True, return_counts=True)
     np.add.at(ws.counts, ix[leader], peers.astype(np.int32))  # the leader = the lowest lane of its id
@@ -147,6 +151,8 @@ def scatter_classify_kernel(ws: ScatterWorkspace) -> None:
     big = ix[count > CHUNK_ITEMS]  # the GPU appends them in whatever order its atomics run; here by id
     ws.big_list[: big.size] = big
     ws.counters[COUNTER_NUM_BIG] = big.size
+    ws.counters[COUNTER_BIG_ITEMS] = count[big].sum()  # integer atomics: the order of the adds does not matter
+    ws.counters[COUNTER_BIG_UNITS] = (-(-count[big] // CHUNK_ITEMS)).sum()
 
 
 def big_key(counts: np.ndarray, ix: np.ndarray) -> np.ndarray:
@@ -154,11 +160,33 @@ def big_key(counts: np.ndarray, ix: np.ndarray) -> np.ndarray:
     return (counts[ix].astype(np.uint64) << np.uint64(32)) | (~ix.astype(np.uint32)).astype(np.uint64)
 
 
-def scatter_bases_kernel(ws: ScatterWorkspace) -> None:
-    """One block: big tokens ranked (how many keys are larger), their rows; the class bases; the sizes."""
+def sum_tile_totals(ws: ScatterWorkspace, tile: int) -> tuple[np.ndarray, np.ndarray]:
+    """Warp w sums class w + 1 over all tiles, and over the tiles before ``tile``: (class_totals, tiles_before),
+    both indexed [class - 1]."""
+    return ws.tile_totals.sum(axis=0), ws.tile_totals[:tile].sum(axis=0)
+
+
+def class_bases_warp(class_totals: np.ndarray, counters: np.ndarray) -> tuple[np.ndarray, int]:
+    """Warp 0, lane l holding class CHUNK_ITEMS - l: two scans over the classes in the order 32, 31, ..., 1, offset
+    by the big tokens' three numbers. Returns (base[BASE_*, class - 1], the ballot of lanes whose class has tokens).
+    """
+    c = CHUNK_ITEMS - np.arange(WARP_SIZE)  # lane -> class
+    n = class_totals[c - 1].astype(np.int64)
+    tokens_before = np.cumsum(n) - n  # warp_inclusive_sum(n) - n
+    items_before = np.cumsum(n * c) - n * c
+    base = np.zeros((3, CHUNK_ITEMS), dtype=np.int64)
+    base[BASE_RANK, c - 1] = counters[COUNTER_NUM_BIG] + tokens_before
+    base[BASE_ITEM, c - 1] = counters[COUNTER_BIG_ITEMS] + items_before
+    base[BASE_UNIT, c - 1] = counters[COUNTER_BIG_UNITS] + tokens_before
+    has_tokens = int(np.sum((n > 0).astype(np.int64) << np.arange(WARP_SIZE)))  # __ballot_sync(n > 0)
+    return base, has_tokens
+
+
+def big_token_rows(ws: ScatterWorkspace) -> None:
+    """Kernel 3's block 0: big tokens ranked (how many keys are larger), their rows; the class bases; the sizes."""
     groups = ws.num_c_groups
     num_big = int(ws.counters[COUNTER_NUM_BIG])
-    class_totals = ws.tile_totals.sum(axis=0)  # [class - 1]
+    class_totals, _ = sum_tile_totals(ws, 0)
     big = ws.big_list[:num_big].astype(np.int64)
     keys = big_key(ws.counts, big)
     rank = (keys[None, :] > keys[:, None]).sum(axis=1)
@@ -172,45 +200,49 @@ def scatter_bases_kernel(ws: ScatterWorkspace) -> None:
     ws.token_starts[ix] = start
     for g in range(groups):
         ws.bucket_info[np.arange(num_big) * groups + g] = np.stack([start, count, ix, np.full(num_big, g)], axis=1)
-    # The classes, 32 down to 1, follow the big tokens.
-    rank_next, item, unit = num_big, int(count.sum()), int(chunks.sum())
-    max_count = int(count[0]) if num_big else 0
-    for c in range(CHUNK_ITEMS, 0, -1):
-        ws.class_bases[:, c - 1] = (rank_next, item, unit)
-        n = int(class_totals[c - 1])
-        if n > 0 and max_count == 0:
-            max_count = c
-        rank_next, item, unit = rank_next + n, item + n * c, unit + n
-    ws.counters[COUNTER_NUM_DISTINCT] = rank_next
-    ws.counters[COUNTER_MAX_COUNT] = max_count
-    ws.counters[COUNTER_NUM_BUCKETS] = rank_next * groups
-    ws.counters[COUNTER_NUM_UNITS] = unit
+    # The classes, and the sizes: class 1 comes last, so its base plus its tokens is the end of the table.
+    base, has_tokens = class_bases_warp(class_totals, ws.counters)
+    ws.class_bases[:] = base
+    distinct = int(base[BASE_RANK, 0] + class_totals[0])
+    largest_class = CHUNK_ITEMS - ((has_tokens & -has_tokens).bit_length() - 1) if has_tokens else 0  # __ffs
+    ws.counters[COUNTER_NUM_DISTINCT] = distinct
+    ws.counters[COUNTER_MAX_COUNT] = int(count[0]) if num_big else largest_class
+    ws.counters[COUNTER_NUM_BUCKETS] = distinct * groups
+    ws.counters[COUNTER_NUM_UNITS] = int(base[BASE_UNIT, 0] + class_totals[0])
 
 
-def scatter_small_rows_kernel(ws: ScatterWorkspace) -> None:
-    """One thread per token id: a small token's place in its class, then its start, buckets and unit."""
+def small_token_rows(ws: ScatterWorkspace, tile: int) -> None:
+    """Kernel 3's block ``tile + 1``, one thread per token id of the tile: a small token's place in its class (earlier
+    tiles + earlier warps of its tile + earlier lanes of its warp), then its start, buckets and unit."""
     groups = ws.num_c_groups
-    ix = np.arange(ws.V)
-    cls = token_class(ws.counts)
-    tile, thread = np.divmod(ix, SCATTER_THREADS)
-    warp = thread // WARP_SIZE
-    # warp_counts[tile, warp, class - 1], scanned over the tile's warps (exclusive); tiles_before likewise
-    warp_counts = np.zeros((ws.num_tiles, SCATTER_THREADS // WARP_SIZE, CHUNK_ITEMS), dtype=np.int64)
+    ix = np.arange(tile * SCATTER_THREADS, min((tile + 1) * SCATTER_THREADS, ws.V))
+    cls = token_class(ws.counts[ix])
+    warp = (ix % SCATTER_THREADS) // WARP_SIZE
+    # warp_counts[warp, class - 1], scanned over the tile's warps (exclusive)
+    warp_counts = np.zeros((SCATTER_THREADS // WARP_SIZE, CHUNK_ITEMS), dtype=np.int64)
     small = cls > 0
-    np.add.at(warp_counts, (tile[small], warp[small], cls[small] - 1), 1)
-    warp_counts = np.cumsum(warp_counts, axis=1) - warp_counts
-    tiles_before = np.cumsum(ws.tile_totals, axis=0) - ws.tile_totals
-    first_lane = (tile * SCATTER_THREADS + warp * WARP_SIZE).astype(np.int64)
-    rank_in_warp = rank_among_equal(first_lane * (CHUNK_ITEMS + 1) + cls)  # among the warp's lanes of its class
-    ix, cls, tile, warp, rank_in_warp = ix[small], cls[small], tile[small], warp[small], rank_in_warp[small]
-    place = tiles_before[tile, cls - 1] + warp_counts[tile, warp, cls - 1] + rank_in_warp
-    rank = ws.class_bases[BASE_RANK, cls - 1] + place
-    start = ws.class_bases[BASE_ITEM, cls - 1] + place * cls
-    unit = ws.class_bases[BASE_UNIT, cls - 1] + place
+    np.add.at(warp_counts, (warp[small], cls[small] - 1), 1)
+    warp_counts = np.cumsum(warp_counts, axis=0) - warp_counts
+    class_totals, tiles_before = sum_tile_totals(ws, tile)
+    base, _ = class_bases_warp(class_totals, ws.counters)
+    rank_in_warp = rank_among_equal(warp.astype(np.int64) * (CHUNK_ITEMS + 1) + cls)  # among its warp's lanes
+    ix, cls, warp, rank_in_warp = ix[small], cls[small], warp[small], rank_in_warp[small]
+    place = tiles_before[cls - 1] + warp_counts[warp, cls - 1] + rank_in_warp
+    rank = base[BASE_RANK, cls - 1] + place
+    start = base[BASE_ITEM, cls - 1] + place * cls
+    unit = base[BASE_UNIT, cls - 1] + place
     ws.token_starts[ix] = start
     for g in range(groups):
         ws.bucket_info[rank * groups + g] = np.stack([start, cls, ix, np.full(ix.size, g)], axis=1)
     ws.units[unit] = np.stack([ix, np.zeros_like(ix), start, cls], axis=1)
+
+
+def scatter_rows_kernel(ws: ScatterWorkspace) -> None:
+    """Block 0 ranks the big tokens; blocks 1 .. num_tiles write the small tokens' rows, a tile each. Neither reads
+    what the other writes (both take the class bases from the same scan), so the twin runs them in turn."""
+    big_token_rows(ws)
+    for tile in range(ws.num_tiles):
+        small_token_rows(ws, tile)
 
 
 def scatter_positions_kernel(ws: ScatterWorkspace) -> None:
@@ -252,8 +284,7 @@ KERNELS = (
     clear_counts,
     scatter_count_kernel,
     scatter_classify_kernel,
-    scatter_bases_kernel,
-    scatter_small_rows_kernel,
+    scatter_rows_kernel,
     scatter_positions_kernel,
     scatter_sort_kernel,
 )
@@ -280,6 +311,10 @@ __all__ = [
     "KERNELS",
     "ScatterWorkspace",
     "big_key",
+    "big_token_rows",
+    "class_bases_warp",
+    "small_token_rows",
+    "sum_tile_totals",
     "bucketing_scatter",
     "make_workspace",
     "rank_among_equal",

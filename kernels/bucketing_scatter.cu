@@ -1,4 +1,4 @@
-// bucketing_scatter.cu: the bucket table of a batch of up to 65536 ids, in six short kernels and no sort of
+// bucketing_scatter.cu: the bucket table of a batch of up to 65536 ids, in five short kernels and no sort of
 // the positions.
 //
 // Produces exactly the table of gpt2enc_edu/buckets.py, bucketing.cu and bucketing_small.cu (same order, same
@@ -10,37 +10,38 @@
 //    the order 32, 31, ..., 1, and inside a class the tokens come by id. All tokens of a class have the same
 //    count: a token's start in bt_list is its class's first slot + (its place in the class) * c. No scan over
 //    tokens, only 32 totals per tile of 1024 tokens. The few BIG tokens (seen more than 32 times: at most
-//    BT / 33 of them) come first; one block ranks them by comparing keys (count, then id).
+//    BT / 33 of them) come first; one block ranks them by comparing keys (count, then id). Where the classes
+//    start needs only three numbers about the big tokens (how many, their items, their units), which kernel 2
+//    adds up, so the big tokens' block and the small tokens' blocks run side by side in one launch.
 //  * Inside a token bt_list must be ascending. Drop every position into its token's range in whatever order
 //    the integer atomics give, then sort each range: a warp sorts a small token's <= 32 positions (each lane
 //    counts the smaller ones); a block sorts a big token's by setting one bit per position in a bitmap of all
 //    BT positions and reading the set bits out in order (a popcount scan gives each word's first slot).
 //
 // Launch, in this order on one stream (gpt2enc_edu/gpu_buckets.py does it), with counts[0..V) all zero; kernels
-// 2-6 as programmatic dependents of the kernel before (common.cuh: each starts while the one before runs, and
+// 2-5 as programmatic dependents of the kernel before (common.cuh: each starts while the one before runs, and
 // waits for it before it touches memory):
 //   1. scatter_count_kernel       grid CEIL_DIV(BT, SCATTER_SMALL_BLOCK), block SCATTER_SMALL_BLOCK
 //        (inp, BT, counts, counters)
-//   2. scatter_classify_kernel    grid CEIL_DIV(V, SCATTER_THREADS), block SCATTER_THREADS
+//   2. scatter_classify_kernel    grid num_tiles = CEIL_DIV(V, SCATTER_THREADS), block SCATTER_THREADS
 //        (counts, V, tile_totals, big_list, counters)
-//   3. scatter_bases_kernel       grid 1, block SCATTER_THREADS
-//        (counts, num_tiles, tile_totals, big_list, num_c_groups, big_sorted, big_unit_starts, class_bases,
-//         bucket_info, token_starts, counters)
-//   4. scatter_small_rows_kernel  grid CEIL_DIV(V, SCATTER_THREADS), block SCATTER_THREADS
-//        (counts, V, tile_totals, class_bases, num_c_groups, bucket_info, units, token_starts)
-//   5. scatter_positions_kernel   grid CEIL_DIV(BT, SCATTER_SMALL_BLOCK), block SCATTER_SMALL_BLOCK
+//   3. scatter_rows_kernel        grid 1 + num_tiles, block SCATTER_THREADS
+//        (counts, V, tile_totals, big_list, num_c_groups, big_sorted, big_unit_starts, class_bases, bucket_info,
+//         units, token_starts, counters)
+//   4. scatter_positions_kernel   grid CEIL_DIV(BT, SCATTER_SMALL_BLOCK), block SCATTER_SMALL_BLOCK
 //        (inp, BT, counts, token_starts, bt_list)
-//   6. scatter_sort_kernel        grid big_blocks + small_blocks, block SCATTER_THREADS
+//   5. scatter_sort_kernel        grid big_blocks + small_blocks, block SCATTER_THREADS
 //        (bt_list, bucket_info, num_c_groups, big_unit_starts, class_bases, units, counters, BT, big_blocks)
-//   big_blocks: the blocks of kernel 6 that sort big tokens (the package: min(BT / 33 + 1, 2 per SM));
+//   big_blocks: the blocks of kernel 5 that sort big tokens (the package: min(BT / 33 + 1, 2 per SM));
 //   small_blocks (any number >= 1): a pool whose warps take the small tokens in turn (the package: one block per
 //   SM, fewer where CEIL_DIV(min(V, BT), SCATTER_WARPS) blocks give every token a warp).
-//   Kernel 3 keeps all big keys in shared memory (32 KB).
+//   Kernel 3's block 0 keeps all big keys in shared memory (32 KB).
 // Workspace: counts[V], tile_totals[CEIL_DIV(V, 1024) * CHUNK_ITEMS], big_list and big_sorted and
 // big_unit_starts[BT / (CHUNK_ITEMS + 1) + 1], class_bases[3 * CHUNK_ITEMS], token_starts[V].
 // Requires 1 <= BT <= SCATTER_MAX_BT (the bitmap is static shared memory); any V. counters as in bucketing.cu,
-// plus COUNTER_NUM_BIG. Kernel 5 leaves counts at zero again (it counts every token back down), so the next table
-// needs no memset; only a run stopped before kernel 5 leaves them to be cleared.
+// plus COUNTER_NUM_BIG, COUNTER_BIG_ITEMS and COUNTER_BIG_UNITS (kernel 1 zeroes them). Kernel 4 leaves counts at
+// zero again (it counts every token back down), so the next table needs no memset; only a run stopped before
+// kernel 4 leaves them to be cleared.
 #include "common.cuh"
 
 #define SCATTER_THREADS 1024
@@ -51,12 +52,15 @@
 // The most big tokens SCATTER_MAX_BT ids can hold (each is seen at least CHUNK_ITEMS + 1 times).
 #define SCATTER_MAX_BIG (SCATTER_MAX_BT / (CHUNK_ITEMS + 1) + 1)
 
-// counters[] slots, as in bucketing.cu, and the number of big tokens
+// counters[] slots, as in bucketing.cu, and three numbers about the big tokens
 #define COUNTER_NUM_DISTINCT 0
 #define COUNTER_MAX_COUNT 1
 #define COUNTER_NUM_BUCKETS 3
 #define COUNTER_NUM_UNITS 4
 #define COUNTER_NUM_BIG 5
+// the big tokens' positions and chunks, all together
+#define COUNTER_BIG_ITEMS 6
+#define COUNTER_BIG_UNITS 7
 
 // class_bases[] rows: where each class starts in the rank order, in bt_list and in the unit list
 #define BASE_RANK 0
@@ -80,7 +84,11 @@ extern "C" __global__ void __launch_bounds__(SCATTER_SMALL_BLOCK)
     allow_next_grid();
     int bt = blockIdx.x * blockDim.x + threadIdx.x;
     int lane = threadIdx.x % WARP_SIZE;
-    if (bt == 0) { counters[COUNTER_NUM_BIG] = 0; }  // kernel 2 appends to the big-token list
+    if (bt == 0) {  // kernel 2 appends to the big-token list and adds up its items and units
+        counters[COUNTER_NUM_BIG] = 0;
+        counters[COUNTER_BIG_ITEMS] = 0;
+        counters[COUNTER_BIG_UNITS] = 0;
+    }
     int ix = bt < BT ? inp[bt] : -1;  // lanes past the end share the id -1 and add nothing
     unsigned int peers = __match_any_sync(0xffffffffu, ix);
     if (ix >= 0 && (peers & lanes_below(lane)) == 0) { atomicAdd(&counts[ix], __popc(peers)); }
@@ -88,11 +96,11 @@ extern "C" __global__ void __launch_bounds__(SCATTER_SMALL_BLOCK)
 
 // 2. Per tile of SCATTER_THREADS token ids (thread = token): how many tokens of each class the tile holds,
 //    tile_totals[tile * CHUNK_ITEMS + c - 1]; big tokens appended to big_list (in any order: kernel 3 ranks them
-//    by their keys alone).
+//    by their keys alone), and their items and units added up (integer atomics: any order gives the same sums).
 extern "C" __global__ void __launch_bounds__(SCATTER_THREADS)
     scatter_classify_kernel(const int* counts, int V, int* tile_totals, int* big_list, int* counters) {
     __shared__ int totals[CHUNK_ITEMS];
-    wait_for_previous_grid();  // kernels 2-6 are programmatic dependents of the one before (common.cuh)
+    wait_for_previous_grid();  // kernels 2-5 are programmatic dependents of the one before (common.cuh)
     allow_next_grid();
     int ix = blockIdx.x * SCATTER_THREADS + threadIdx.x;
     int lane = threadIdx.x % WARP_SIZE;
@@ -102,7 +110,15 @@ extern "C" __global__ void __launch_bounds__(SCATTER_THREADS)
     int cls = token_class(count);
     unsigned int peers = __match_any_sync(0xffffffffu, cls);
     if (cls > 0 && (peers & lanes_below(lane)) == 0) { atomicAdd(&totals[cls - 1], __popc(peers)); }
-    if (count > CHUNK_ITEMS) { big_list[atomicAdd(&counters[COUNTER_NUM_BIG], 1)] = ix; }
+    bool big = count > CHUNK_ITEMS;
+    if (big) { big_list[atomicAdd(&counters[COUNTER_NUM_BIG], 1)] = ix; }
+    // The three numbers the class bases need about the big tokens: how many (above), their items, their units.
+    int big_items = warp_sum(big ? count : 0);
+    int big_units = warp_sum(big ? CEIL_DIV(count, CHUNK_ITEMS) : 0);
+    if (lane == 0 && big_items > 0) {
+        atomicAdd(&counters[COUNTER_BIG_ITEMS], big_items);
+        atomicAdd(&counters[COUNTER_BIG_UNITS], big_units);
+    }
     __syncthreads();
     if (threadIdx.x < CHUNK_ITEMS) { tile_totals[blockIdx.x * CHUNK_ITEMS + threadIdx.x] = totals[threadIdx.x]; }
 }
@@ -112,27 +128,57 @@ __device__ __forceinline__ unsigned long long big_key(const int* counts, int ix)
     return ((unsigned long long)counts[ix] << 32) | (unsigned int)(~ix);
 }
 
-// 3. One block: the big tokens' ranks, starts, buckets and first units; each class's first rank, slot and unit;
-//    the table's sizes.
-extern "C" __global__ void __launch_bounds__(SCATTER_THREADS)
-    scatter_bases_kernel(const int* counts, int num_tiles, const int* tile_totals, const int* big_list,
-                         int num_c_groups, int* big_sorted, int* big_unit_starts, int* class_bases, int4* bucket_info,
-                         int* token_starts, int* counters) {
+// Warp w sums class w + 1 (SCATTER_WARPS == CHUNK_ITEMS) over all tiles into class_totals, and over the tiles
+// before `tile` into tiles_before (a null tiles_before: not wanted).
+__device__ __forceinline__ void sum_tile_totals(const int* tile_totals, int num_tiles, int tile, int* class_totals,
+                                                int* tiles_before) {
+    int lane = threadIdx.x % WARP_SIZE;
+    int warp = threadIdx.x / WARP_SIZE;
+    int total = 0;
+    int before = 0;
+    for (int t = lane; t < num_tiles; t += WARP_SIZE) {
+        int n = tile_totals[t * CHUNK_ITEMS + warp];
+        total += n;
+        before += t < tile ? n : 0;
+    }
+    total = warp_sum(total);
+    before = warp_sum(before);
+    if (lane == 0) {
+        class_totals[warp] = total;
+        if (tiles_before != nullptr) { tiles_before[warp] = before; }
+    }
+}
+
+// Where each class starts, base[BASE_*][class - 1]: in rank order, in bt_list and in the unit list. The classes
+// follow the big tokens in the order 32, 31, ..., 1, so a class starts after the big tokens and the classes above
+// it: one warp, lane l holding class CHUNK_ITEMS - l, scans the class totals (tokens, and items: c per token; a
+// small token is one unit). Called by warp 0; returns the mask of lanes whose class has tokens.
+__device__ __forceinline__ unsigned int class_bases_warp(const int* class_totals, const int* counters,
+                                                         int (*base)[CHUNK_ITEMS]) {
+    int lane = threadIdx.x % WARP_SIZE;
+    int c = CHUNK_ITEMS - lane;
+    int n = class_totals[c - 1];
+    int tokens_before = warp_inclusive_sum(n) - n;
+    int items_before = warp_inclusive_sum(n * c) - n * c;
+    base[BASE_RANK][c - 1] = counters[COUNTER_NUM_BIG] + tokens_before;
+    base[BASE_ITEM][c - 1] = counters[COUNTER_BIG_ITEMS] + items_before;
+    base[BASE_UNIT][c - 1] = counters[COUNTER_BIG_UNITS] + tokens_before;
+    return __ballot_sync(0xffffffffu, n > 0);
+}
+
+// Kernel 3, block 0: rank the big tokens, write their starts, buckets and first units; write the class bases
+// (kernel 5 reads them) and the table's sizes.
+__device__ __forceinline__ void big_token_rows(const int* counts, int num_tiles, const int* tile_totals,
+                                               const int* big_list, int num_c_groups, int* big_sorted,
+                                               int* big_unit_starts, int* class_bases, int4* bucket_info,
+                                               int* token_starts, int* counters) {
     __shared__ unsigned long long keys[SCATTER_MAX_BIG];  // in big_list's order
     __shared__ unsigned long long ranked[SCATTER_MAX_BIG];  // in rank order
     __shared__ int class_totals[CHUNK_ITEMS];
+    __shared__ int base[3][CHUNK_ITEMS];
     __shared__ int scan_scratch[WARP_SIZE + 1];
-    wait_for_previous_grid();  // kernels 2-6 are programmatic dependents of the one before (common.cuh)
-    allow_next_grid();
-    int lane = threadIdx.x % WARP_SIZE;
-    int warp = threadIdx.x / WARP_SIZE;
     int num_big = counters[COUNTER_NUM_BIG];
-
-    // Class totals over all tiles: warp w sums class w + 1 (SCATTER_WARPS == CHUNK_ITEMS).
-    int sum = 0;
-    for (int tile = lane; tile < num_tiles; tile += WARP_SIZE) { sum += tile_totals[tile * CHUNK_ITEMS + warp]; }
-    sum = warp_sum(sum);
-    if (lane == 0) { class_totals[warp] = sum; }
+    sum_tile_totals(tile_totals, num_tiles, 0, class_totals, nullptr);
 
     // Rank of a big token = how many big tokens have a larger key. All keys sit in shared memory (one trip to
     // global memory for all of them); in the counting loop every thread reads the same word (a broadcast).
@@ -169,40 +215,39 @@ extern "C" __global__ void __launch_bounds__(SCATTER_THREADS)
         unit_carry += units_total;
     }
 
-    // The classes, 32 down to 1, follow the big tokens.
-    if (threadIdx.x == 0) {
-        int rank = num_big;
-        int item = item_carry;
-        int unit = unit_carry;
-        int max_count = num_big > 0 ? (int)(ranked[0] >> 32) : 0;
-        for (int c = CHUNK_ITEMS; c >= 1; c--) {
-            class_bases[BASE_RANK * CHUNK_ITEMS + c - 1] = rank;
-            class_bases[BASE_ITEM * CHUNK_ITEMS + c - 1] = item;
-            class_bases[BASE_UNIT * CHUNK_ITEMS + c - 1] = unit;
-            int n = class_totals[c - 1];
-            if (n > 0 && max_count == 0) { max_count = c; }
-            rank += n;
-            item += n * c;
-            unit += n;  // a small token is one chunk
+    // The classes, and the sizes: class 1 comes last, so its base plus its tokens is the end of the table.
+    if (threadIdx.x < WARP_SIZE) {
+        unsigned int has_tokens = class_bases_warp(class_totals, counters, base);
+        __syncwarp();
+        int lane = threadIdx.x;
+        class_bases[BASE_RANK * CHUNK_ITEMS + lane] = base[BASE_RANK][lane];
+        class_bases[BASE_ITEM * CHUNK_ITEMS + lane] = base[BASE_ITEM][lane];
+        class_bases[BASE_UNIT * CHUNK_ITEMS + lane] = base[BASE_UNIT][lane];
+        if (lane == 0) {
+            int distinct = base[BASE_RANK][0] + class_totals[0];
+            // the largest count: the first big token's, else the largest class with tokens (lane l: class 32 - l)
+            int max_count =
+                num_big > 0 ? (int)(ranked[0] >> 32) : (has_tokens != 0u ? CHUNK_ITEMS - (__ffs(has_tokens) - 1) : 0);
+            counters[COUNTER_NUM_DISTINCT] = distinct;
+            counters[COUNTER_MAX_COUNT] = max_count;
+            counters[COUNTER_NUM_BUCKETS] = distinct * num_c_groups;
+            counters[COUNTER_NUM_UNITS] = base[BASE_UNIT][0] + class_totals[0];
         }
-        counters[COUNTER_NUM_DISTINCT] = rank;
-        counters[COUNTER_MAX_COUNT] = max_count;
-        counters[COUNTER_NUM_BUCKETS] = rank * num_c_groups;
-        counters[COUNTER_NUM_UNITS] = unit;
     }
 }
 
-// 4. Per tile of SCATTER_THREADS token ids: every small token's rank = its class's first rank + the class's
-//    tokens in earlier tiles + those before it in this tile (earlier warps, then earlier lanes: id order).
-//    Then its start (arithmetic: all tokens of the class have `c` items), its buckets and its one unit.
-extern "C" __global__ void __launch_bounds__(SCATTER_THREADS)
-    scatter_small_rows_kernel(const int* counts, int V, const int* tile_totals, const int* class_bases,
-                              int num_c_groups, int4* bucket_info, int4* units, int* token_starts) {
+// Kernel 3, the blocks after block 0, one per tile of SCATTER_THREADS token ids: every small token's rank = its
+// class's first rank + the class's tokens in earlier tiles + those before it in this tile (earlier warps, then
+// earlier lanes: id order). Then its start (arithmetic: all tokens of the class have `c` items), its buckets and
+// its one unit. The class bases come from the same scan block 0 does, so no block waits for another.
+__device__ __forceinline__ void small_token_rows(const int* counts, int V, int tile, int num_tiles,
+                                                 const int* tile_totals, int num_c_groups, int4* bucket_info,
+                                                 int4* units, int* token_starts, const int* counters) {
     __shared__ int warp_counts[SCATTER_WARPS][CHUNK_ITEMS + 1];  // [warp][class - 1]; +1 spreads the banks
     __shared__ int tiles_before[CHUNK_ITEMS];
-    wait_for_previous_grid();  // kernels 2-6 are programmatic dependents of the one before (common.cuh)
-    allow_next_grid();
-    int ix = blockIdx.x * SCATTER_THREADS + threadIdx.x;
+    __shared__ int class_totals[CHUNK_ITEMS];
+    __shared__ int base[3][CHUNK_ITEMS];
+    int ix = tile * SCATTER_THREADS + threadIdx.x;
     int lane = threadIdx.x % WARP_SIZE;
     int warp = threadIdx.x / WARP_SIZE;
     warp_counts[warp][lane] = 0;  // SCATTER_WARPS x CHUNK_ITEMS == one int per thread
@@ -212,37 +257,49 @@ extern "C" __global__ void __launch_bounds__(SCATTER_THREADS)
     unsigned int peers = __match_any_sync(0xffffffffu, cls);
     int rank_in_warp = __popc(peers & lanes_below(lane));
     if (cls > 0 && rank_in_warp == 0) { warp_counts[warp][cls - 1] = __popc(peers); }
+    sum_tile_totals(tile_totals, num_tiles, tile, class_totals, tiles_before);
     __syncthreads();
     {
-        // Warp w scans class w + 1 over the block's warps (lane = warp), and sums it over the earlier tiles.
-        int c0 = warp;
-        int value = warp_counts[lane][c0];
-        int inclusive = warp_inclusive_sum(value);
-        warp_counts[lane][c0] = inclusive - value;
-        int before = 0;
-        for (int tile = lane; tile < (int)blockIdx.x; tile += WARP_SIZE) {
-            before += tile_totals[tile * CHUNK_ITEMS + c0];
-        }
-        before = warp_sum(before);
-        if (lane == 0) { tiles_before[c0] = before; }
+        // Warp w scans class w + 1 over the block's warps (lane = warp).
+        int value = warp_counts[lane][warp];
+        warp_counts[lane][warp] = warp_inclusive_sum(value) - value;
     }
+    if (warp == 0) { class_bases_warp(class_totals, counters, base); }
     __syncthreads();
     if (cls == 0) { return; }
-    int first_rank = class_bases[BASE_RANK * CHUNK_ITEMS + cls - 1];
     int place = tiles_before[cls - 1] + warp_counts[warp][cls - 1] + rank_in_warp;  // place inside the class
-    int rank = first_rank + place;
-    int start = class_bases[BASE_ITEM * CHUNK_ITEMS + cls - 1] + place * cls;
-    int unit = class_bases[BASE_UNIT * CHUNK_ITEMS + cls - 1] + place;
+    int rank = base[BASE_RANK][cls - 1] + place;
+    int start = base[BASE_ITEM][cls - 1] + place * cls;
+    int unit = base[BASE_UNIT][cls - 1] + place;
     token_starts[ix] = start;
     for (int g = 0; g < num_c_groups; g++) { bucket_info[rank * num_c_groups + g] = make_int4(start, cls, ix, g); }
     units[unit] = make_int4(ix, 0, start, cls);
 }
 
-// 5. Every position into its token's range, at a slot the atomics hand out (any order: kernel 6 sorts).
+// 3. Block 0 ranks the big tokens (big_token_rows); blocks 1 .. num_tiles write the small tokens' rows, a tile of
+//    token ids each (small_token_rows). The two need nothing from each other: both compute the class bases from
+//    the tile totals and kernel 2's three big-token numbers. Block 0 has the longest work, and comes first.
+extern "C" __global__ void __launch_bounds__(SCATTER_THREADS)
+    scatter_rows_kernel(const int* counts, int V, const int* tile_totals, const int* big_list, int num_c_groups,
+                        int* big_sorted, int* big_unit_starts, int* class_bases, int4* bucket_info, int4* units,
+                        int* token_starts, int* counters) {
+    wait_for_previous_grid();  // kernels 2-5 are programmatic dependents of the one before (common.cuh)
+    allow_next_grid();
+    int num_tiles = (int)gridDim.x - 1;
+    if (blockIdx.x == 0) {
+        big_token_rows(counts, num_tiles, tile_totals, big_list, num_c_groups, big_sorted, big_unit_starts, class_bases,
+                       bucket_info, token_starts, counters);
+    } else {
+        small_token_rows(counts, V, (int)blockIdx.x - 1, num_tiles, tile_totals, num_c_groups, bucket_info, units,
+                         token_starts, counters);
+    }
+}
+
+// 4. Every position into its token's range, at a slot the atomics hand out (any order: kernel 5 sorts).
 //    Counting each token back down to zero leaves counts cleared for the next table.
 extern "C" __global__ void __launch_bounds__(SCATTER_SMALL_BLOCK)
     scatter_positions_kernel(const int* inp, int BT, int* counts, const int* token_starts, int* bt_list) {
-    wait_for_previous_grid();  // kernels 2-6 are programmatic dependents of the one before (common.cuh)
+    wait_for_previous_grid();  // kernels 2-5 are programmatic dependents of the one before (common.cuh)
     allow_next_grid();
     int bt = blockIdx.x * blockDim.x + threadIdx.x;
     int lane = threadIdx.x % WARP_SIZE;
@@ -255,14 +312,14 @@ extern "C" __global__ void __launch_bounds__(SCATTER_SMALL_BLOCK)
     if (ix >= 0) { bt_list[token_starts[ix] + left - 1 - __popc(peers & lanes_below(lane))] = bt; }
 }
 
-// 6. Sort every token's range of bt_list. Blocks below big_blocks take the big tokens (a bitmap of all
+// 5. Sort every token's range of bt_list. Blocks below big_blocks take the big tokens (a bitmap of all
 //    positions per token, read out in order) and write their units; the other blocks' warps take small tokens.
 extern "C" __global__ void __launch_bounds__(SCATTER_THREADS)
     scatter_sort_kernel(int* bt_list, const int4* bucket_info, int num_c_groups, const int* big_unit_starts,
                         const int* class_bases, int4* units, const int* counters, int BT, int big_blocks) {
     __shared__ unsigned int bitmap[SCATTER_MAX_BT / WARP_SIZE];
     __shared__ int scan_scratch[WARP_SIZE + 1];
-    wait_for_previous_grid();  // kernels 2-6 are programmatic dependents of the one before (common.cuh)
+    wait_for_previous_grid();  // kernels 2-5 are programmatic dependents of the one before (common.cuh)
     allow_next_grid();
     int lane = threadIdx.x % WARP_SIZE;
     int warp = threadIdx.x / WARP_SIZE;

@@ -238,10 +238,12 @@ del p, results, cpu, ref, bound, chunked, bucketed, ulps
 #   a big token's by setting one bit per position in a bitmap of all B·T positions and reading the set bits
 #   out in order.
 #
-# Six short kernels: count, classify, class bases (and big tokens), rows of small tokens, scatter positions,
+# Five short kernels: count; classify (which also adds up the big tokens' items and units); rows, where one block
+# ranks the big tokens while every other block writes a tile's small tokens (each block finds where the classes
+# start from the class totals and those three big-token numbers, so none waits for another); scatter positions;
 # sort each range. No memset before them: the scatter kernel counts every token back down, so the counts are zero
-# again for the next table. The package replays the six as one CUDA graph, so the host pays for one call instead
-# of six launches (a graph keeps the address of the ids it was captured with: an ids buffer seen before gets a
+# again for the next table. The package replays the five as one CUDA graph, so the host pays for one call instead
+# of five launches (a graph keeps the address of the ids it was captured with: an ids buffer seen before gets a
 # graph of its own that reads it in place; any other is first copied into the buffer of a shared graph).
 #
 # **Above 65,536 ids: the cooperative kernel** (`kernels/bucketing.cu`): the same table from two stable radix

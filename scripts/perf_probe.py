@@ -205,14 +205,14 @@ def main() -> int:
                     flush=True,
                 )
                 RESULTS.append({"B": B, "ids": kind, "name": f"phases, {route}", "phases": phases})
-            # ---------------- the scatter route's wall time per call, back to back: one graph or six launches
+            # ---------------- the scatter route's wall time per call, back to back: one graph or five launches
             if B * T <= layout.SCATTER_MAX_BT:
                 with stream:
                     ws = gpu_buckets._launch(g.inp, C, enc.bfloat16, V, route="scatter")
                     groups = layout.num_c_groups(C, enc.bfloat16)
                     record(B, kind, "table, scatter, wall per call (graph)", wall_us(
                         lambda: gpu_buckets._launch(g.inp, C, enc.bfloat16, V, route="scatter")))
-                    record(B, kind, "table, scatter, wall per call (6 launches)", wall_us(
+                    record(B, kind, "table, scatter, wall per call (5 launches)", wall_us(
                         lambda: gpu_buckets._launch_scatter(cp, g.inp, B * T, V, groups, enc.bfloat16, ws, 0)))
 
             # ---------------- the parts alone

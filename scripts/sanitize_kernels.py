@@ -120,8 +120,8 @@ def kernel_names(folder: Path = ROOT / "kernels") -> dict[str, str]:
 
 #: The kernels of each GPU bucketing route (``gpu_buckets.ROUTES``).
 ROUTE_KERNELS = {
-    "scatter": frozenset({"scatter_count_kernel", "scatter_classify_kernel", "scatter_bases_kernel",
-                          "scatter_small_rows_kernel", "scatter_positions_kernel", "scatter_sort_kernel"}),
+    "scatter": frozenset({"scatter_count_kernel", "scatter_classify_kernel", "scatter_rows_kernel",
+                          "scatter_positions_kernel", "scatter_sort_kernel"}),
     "cooperative": frozenset({"bucketing_kernel"}),
     "small": frozenset({"bucketing_small_kernel"}),
 }

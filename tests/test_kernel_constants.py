@@ -43,6 +43,8 @@ def _defines(file_name: str) -> dict[str, int]:
     ("bucketing_scatter.cu", "COUNTER_NUM_BUCKETS", layout.COUNTER_NUM_BUCKETS),
     ("bucketing_scatter.cu", "COUNTER_NUM_UNITS", layout.COUNTER_NUM_UNITS),
     ("bucketing_scatter.cu", "COUNTER_NUM_BIG", layout.COUNTER_NUM_BIG),
+    ("bucketing_scatter.cu", "COUNTER_BIG_ITEMS", layout.COUNTER_BIG_ITEMS),
+    ("bucketing_scatter.cu", "COUNTER_BIG_UNITS", layout.COUNTER_BIG_UNITS),
     ("encoder_forward.cu", "FORWARD_ROWS", layout.FORWARD_ROWS),
     ("encoder_backward_atomic.cu", "ATOMIC_ROWS", layout.ATOMIC_ROWS),
     ("common.cuh", "NOISE_STREAM_DWTE", 0),

@@ -1,5 +1,5 @@
 """The scatter route (kernels/bucketing_scatter.cu): its NumPy twin builds the documented bucket table (CPU), and
-on a GPU the six kernels leave every workspace buffer as the twin does (mark ``gpu``)."""
+on a GPU the five kernels leave every workspace buffer as the twin does (mark ``gpu``)."""
 
 from __future__ import annotations
 
@@ -74,7 +74,33 @@ def test_twin_at_the_class_edges():
 def test_twin_on_any_ids(case):
     V, ids = case
     inp = np.asarray(ids, dtype=np.int32)[None, :]
-    assert _same_table(twin.bucketing_scatter(inp, 520, bfloat16, V), buckets.build_bucket_table(inp, 520, bfloat16))
+    ws = twin.make_workspace(inp, 520, bfloat16, V)
+    table = twin.bucketing_scatter(inp, 520, bfloat16, V, workspace=ws)
+    assert _same_table(table, buckets.build_bucket_table(inp, 520, bfloat16))
+    counts = np.bincount(inp.ravel(), minlength=V)  # the sizes, with and without big tokens
+    assert ws.counters[layout.COUNTER_NUM_DISTINCT] == np.count_nonzero(counts)
+    assert ws.counters[layout.COUNTER_MAX_COUNT] == counts.max()
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.integers(0, 40), min_size=layout.CHUNK_ITEMS, max_size=layout.CHUNK_ITEMS),
+    st.integers(0, 60), st.integers(0, 5000), st.integers(0, 200),
+)
+def test_class_bases_scan_is_the_running_sum_in_class_order(class_totals, num_big, big_items, big_units):
+    """Every block of kernel 3 finds the class bases with a warp's two scans (lane l: class 32 - l); they are the
+    running sums over the classes 32, 31, ..., 1 after the big tokens, and the ballot says which classes have
+    tokens."""
+    counters = np.zeros(layout.NUM_COUNTERS, dtype=np.int32)
+    big_slots = [layout.COUNTER_NUM_BIG, layout.COUNTER_BIG_ITEMS, layout.COUNTER_BIG_UNITS]
+    counters[big_slots] = num_big, big_items, big_units
+    base, has_tokens = twin.class_bases_warp(np.asarray(class_totals), counters)
+    rank, item, unit = num_big, big_items, big_units
+    for c in range(layout.CHUNK_ITEMS, 0, -1):
+        assert base[:, c - 1].tolist() == [rank, item, unit], c
+        n = class_totals[c - 1]
+        rank, item, unit = rank + n, item + n * c, unit + n
+        assert bool(has_tokens >> (layout.CHUNK_ITEMS - c) & 1) == (n > 0)
 
 
 def test_twin_workspace_after_a_table():
@@ -91,6 +117,8 @@ def test_twin_workspace_after_a_table():
     assert ws.class_bases[:, 31].tolist() == [3, 100, 6]
     assert ws.class_bases[:, 0].tolist() == [6, 100 + 64 + 31, 9]  # class 1: after classes 32 and 31
     assert ws.big_sorted[:3].tolist() == [2, 7, 1031] and ws.big_unit_starts[:3].tolist() == [0, 2, 4]
+    # kernel 2's sums over the big tokens, from which every block of kernel 3 finds the class bases
+    assert counters[layout.COUNTER_BIG_ITEMS] == 100 and counters[layout.COUNTER_BIG_UNITS] == 6
 
 
 def test_refuses_what_the_kernels_do_not_take():
@@ -163,6 +191,8 @@ def _check_against_twin(gpu_buckets, inp, g_inp, C, dtype, V):
         layout.COUNTER_NUM_BUCKETS,
         layout.COUNTER_NUM_UNITS,
         layout.COUNTER_NUM_BIG,
+        layout.COUNTER_BIG_ITEMS,
+        layout.COUNTER_BIG_UNITS,
     ]
     assert np.array_equal(ws.counters.get()[slots], t_ws.counters[slots])
 
