@@ -304,9 +304,9 @@ fig = timing_plots.bucketing_phases(phases)
 # costs one to four microseconds, most of it the latency of a launch and of a few dependent loads; the
 # one-block kernel pays one launch, and its sort of the positions is the largest of its phases. At
 # **B = 64** (65,536 ids) the cooperative kernel spends most of its time in the two stable sorts and the scans,
-# each a chain of grid-wide barriers; the scatter route does the same job in about half the time: its
-# largest steps are the per-token sorts and the atomics of the counting and scattering kernels, none of them
-# waits for the whole grid. Either is tens of microseconds, against milliseconds for the host route
+# each a chain of grid-wide barriers; the scatter route does the same job in about 40% of the time: its
+# largest steps are the atomics of the counting and scattering kernels, the per-token sorts and the rows step
+# (whose block 0 ranks the big tokens), and none of them waits for the whole grid. Either is tens of microseconds, against milliseconds for the host route
 # (notebook 05).
 #
 # ## 7. Skew against measured time
