@@ -269,7 +269,7 @@ def _launch_scatter(cupy, inp, BT: int, V: int, groups: int, dtype, ws, stop_aft
         ws.counts_dirty = False
     if steps < 1:
         return
-    ws.counts_dirty = True  # until kernel 4 is queued (a launch that fails on the way leaves it so)
+    ws.counts_dirty = True  # until the scatter kernel is queued (a launch that fails on the way leaves it so)
     kernel = lambda name: get_kernel("bucketing_scatter.cu", name, dtype)  # noqa: E731
     num_tiles = ceil_div(V, SCATTER_THREADS)
     position_grid = ceil_div(BT, SCATTER_SMALL_BLOCK)
@@ -289,7 +289,7 @@ def _launch_scatter(cupy, inp, BT: int, V: int, groups: int, dtype, ws, stop_aft
     )
     for step, (name, grid, block, args) in enumerate(launches[:steps]):
         launch(kernel(name), grid, block, args, after_kernel=step > 0)  # kernel 1: after whatever came before
-    ws.counts_dirty = steps < 4
+    ws.counts_dirty = steps < SCATTER_COUNTS_CLEAN_AFTER
 
 
 def scatter_sort_blocks(BT: int, V: int) -> tuple[int, int]:
@@ -431,6 +431,9 @@ COOPERATIVE_PHASES = ("clear", "count tokens", "count values present", "classes 
 #: The scatter route's steps: one kernel each.
 SCATTER_PHASES = ("count tokens", "classify tokens", "rows (big tokens beside the tiles)", "scatter positions",
                   "sort each token's positions")
+#: Steps after which the scatter route's counts are zero again: its "scatter positions" kernel counts every token
+#: back down.
+SCATTER_COUNTS_CLEAN_AFTER = SCATTER_PHASES.index("scatter positions") + 1
 PHASES = {"small": SMALL_PHASES, "cooperative": COOPERATIVE_PHASES, "scatter": SCATTER_PHASES}
 KERNEL_NAMES = {"small": "bucketing_small_kernel", "cooperative": "bucketing_kernel",
                 "scatter": "bucketing_scatter.cu (5 kernels)"}

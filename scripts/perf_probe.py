@@ -212,7 +212,8 @@ def main() -> int:
                     groups = layout.num_c_groups(C, enc.bfloat16)
                     record(B, kind, "table, scatter, wall per call (graph)", wall_us(
                         lambda: gpu_buckets._launch(g.inp, C, enc.bfloat16, V, route="scatter")))
-                    record(B, kind, "table, scatter, wall per call (5 launches)", wall_us(
+                    launches = len(gpu_buckets.SCATTER_PHASES)
+                    record(B, kind, f"table, scatter, wall per call ({launches} launches)", wall_us(
                         lambda: gpu_buckets._launch_scatter(cp, g.inp, B * T, V, groups, enc.bfloat16, ws, 0)))
 
             # ---------------- the parts alone
