@@ -27,6 +27,7 @@ from .layout import (
     ceil_div,
     num_c_groups,
     pack_size,
+    wpe_blocks_beside_table,
 )
 from .loader import blocks_per_sm, cupy_module, device_facts, get_kernel, launch
 from .validate import check_choice, check_small_backward_batch
@@ -54,11 +55,15 @@ def encoder_forward(out, inp, wte, wpe, B: int, T: int, C: int) -> None:
     encoder_forward_version(3, out, inp, wte, wpe, B, T, C)
 
 
-def encoder_backward_wpe(dwpe, dout, B: int, T: int, C: int, seed: int) -> None:
+def encoder_backward_wpe(dwpe, dout, B: int, T: int, C: int, seed: int, *, blocks: int | None = None) -> None:
+    """The wpe kernel: a thread per pack of dwpe's first T rows, or ``blocks`` blocks (at most that many) whose
+    threads walk the packs in turn. Any grid gives the same bits (each element has one owner, which adds in b
+    order)."""
     kernel = get_kernel("encoder_backward_wpe.cu", "encoder_backward_wpe_kernel", dout.dtype)
-    threads = T * C // pack_size(dout.dtype)
-    launch(kernel, ceil_div(threads, WPE_BLOCK_SIZE), WPE_BLOCK_SIZE,
-           (dwpe, dout, np.int32(B), np.int32(T), np.int32(C), np.uint32(seed)))
+    grid = ceil_div(T * C // pack_size(dout.dtype), WPE_BLOCK_SIZE)
+    if blocks is not None:
+        grid = min(grid, blocks)
+    launch(kernel, grid, WPE_BLOCK_SIZE, (dwpe, dout, np.int32(B), np.int32(T), np.int32(C), np.uint32(seed)))
 
 
 #: The bucketed kernel's "warps_prefetch" form asks L2 for the dout rows of a big bucket before summing them; the
@@ -250,7 +255,9 @@ def encoder_backward_deterministic_gpu_bucketing(dwte, dwpe, dout, inp, B: int, 
     the table beside the wpe kernel and then the wte kernel: the chunked method 0.5-1.3 us faster at B=1 and B=8
     and 4-6 us faster at B=64; the bucketed one 1.4-1.8 us faster at B=1, within 1% at B=8 and within 2% either
     way at B=64; docs/performance.md, part 4.) The wpe kernel's blocks are 1024 threads wide (``WPE_BLOCK_SIZE``),
-    so that it leaves SMs free for the table's one-block kernel (part 9).
+    so that it leaves SMs free for the table's one-block kernel (part 9); beside a table built in this call it
+    takes only ``layout.WPE_SM_SHARE_BESIDE_TABLE`` of the SMs, whose threads walk dwpe's packs in turn, so that
+    the table's kernels are not kept waiting for SMs (part 18).
     """
     if one_launch_backward("chunked" if chunked else "bucketed", "gpu", B * T, V, buckets_given=table is not None):
         encoder_backward_small(dwte, dwpe, dout, inp, B, T, C, seed)  # one launch, its own sort: no table, no wpe
@@ -261,7 +268,10 @@ def encoder_backward_deterministic_gpu_bucketing(dwte, dwpe, dout, inp, B: int, 
     inputs_ready.record(main)
     side.wait_event(inputs_ready)
     with side:
-        encoder_backward_wpe(dwpe, dout, B, T, C, seed)
+        # Beside a table built here, the wpe kernel takes a share of the SMs only, so that the table's kernels find
+        # room (layout.WPE_SM_SHARE_BESIDE_TABLE); beside a table built ahead, the whole grid.
+        blocks = wpe_blocks_beside_table(device_facts().sm_count) if table is None else None
+        encoder_backward_wpe(dwpe, dout, B, T, C, seed, blocks=blocks)
         wpe_done.record(side)
     if table is None:
         table = build_bucket_table_gpu(inp, C, dout.dtype, V, bucket_rows=not chunked)  # chunked: units only

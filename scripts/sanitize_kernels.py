@@ -278,6 +278,34 @@ def _atomic_fp32_plain_case(name: str, shape, dtype) -> Case:
                 frozenset({"encoder_backward_atomic_fp32_kernel"}))
 
 
+def _wpe_grid_case(name: str, shape, dtype) -> Case:
+    """The wpe kernel on grids smaller than a thread per pack (1 and 2 blocks: each thread walks several packs,
+    as beside a table built in the call, where the package gives it a share of the SMs), against the mirror."""
+
+    def run(check: bool) -> str | None:
+        import cupy
+
+        from gpt2enc_edu import cuda, mirror
+
+        p = _problem(name, shape, dtype)
+        seed = zlib.crc32(name.encode()) ^ 0x5EED
+        for blocks in (1, 2):
+            got = cupy.asarray(p.dwpe)
+            cuda.encoder_backward_wpe(got, cupy.asarray(p.dout), p.B, p.T, p.C, seed, blocks=blocks)
+            cupy.cuda.Device().synchronize()
+            if not check:
+                continue
+            want = p.dwpe.copy()
+            mirror.encoder_backward_wpe(want, p.dout, p.B, p.T, p.C, seed)
+            if not compare.bitwise_equal(got.get(), want):
+                wrong = compare.count_bit_differences(got.get(), want)
+                return f"{blocks} block(s): {wrong} elements differ from the mirror"
+        return None
+
+    return Case(name, run, "encoder_backward_wpe_kernel on 1 and 2 blocks (threads walk the packs in turn)",
+                frozenset({"encoder_backward_wpe_kernel"}))
+
+
 def _route_case(name: str, shape, dtype, route: str) -> Case:
     """One GPU bucketing route by name (``build_bucket_table_gpu(route=...)``), its table against NumPy's."""
 
@@ -408,6 +436,8 @@ def default_cases() -> list[Case]:
                 for bucketing in bucketings:
                     op = f"backward-{method}" + (f"-{bucketing}" if bucketing else "")
                     cases.append(_backward_case(f"{op}/{dtype_name}/{shape_name}", shape, dtype, method, bucketing))
+            if shape_name in ("ordinary", "B1-C776"):
+                cases.append(_wpe_grid_case(f"wpe-grid-stride/{dtype_name}/{shape_name}", shape, dtype))
             if shape_name in ("B1-T1-C8", "ordinary", "B1-C776", "thousands-per-bucket"):
                 cases.append(_atomic_fp32_plain_case(f"atomic-fp32-plain/{dtype_name}/{shape_name}", shape, dtype))
             if "chunked" in DETERMINISTIC and shape_name in ("ordinary", "B1-C776", "thousands-per-bucket"):

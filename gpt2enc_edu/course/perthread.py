@@ -77,23 +77,26 @@ def encoder_backward_atomic_fp32(cuda, dwte32, dwpe32, dout, inp, B, T, C):
 
 
 def encoder_backward_wpe(cuda, dwpe, dout, B, T, C, seed):
-    """``encoder_backward_wpe_kernel``: each thread owns one pack of dwpe and sums over b in order."""
+    """``encoder_backward_wpe_kernel``: each thread owns packs of dwpe (pack i, i + the grid's threads, ...) and
+    sums each over b in order."""
     size = pack_size(dout.dtype)
-    idx = (cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x) * size
-    if idx >= T * C:
-        return
+    packs = T * C // size
+    pack = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    while pack < packs:  # a grid with fewer threads than packs walks the rest in turn
+        idx = pack * size
+        t = idx // C
+        c = idx % C
 
-    t = idx // C
-    c = idx % C
+        accum = np.zeros(size, dtype=np.float32)
+        for b in range(B):  # b = 0, 1, ..., B-1 (the kernel's unrolled loop adds in this order too)
+            accum = fadd(accum, to_float(load128(dout, b * T * C + t * C + c, cuda)))
 
-    accum = np.zeros(size, dtype=np.float32)
-    for b in range(B):  # b = 0, 1, ..., B-1 (the kernel's unrolled loop adds in this order too)
-        accum = fadd(accum, to_float(load128(dout, b * T * C + t * C + c, cuda)))
-
-    packed_dwpe = load128(dwpe, t * C + c, cuda)
-    element = idx + np.arange(size)  # the noise position: each element's flat index in dwpe
-    packed_dwpe = round_to_storage(fadd(accum, to_float(packed_dwpe)), dwpe.dtype, element, NOISE_STREAM_DWPE, seed)
-    store128(dwpe, t * C + c, packed_dwpe, cuda)
+        packed_dwpe = load128(dwpe, t * C + c, cuda)
+        element = idx + np.arange(size)  # the noise position: each element's flat index in dwpe
+        packed_dwpe = round_to_storage(fadd(accum, to_float(packed_dwpe)), dwpe.dtype, element, NOISE_STREAM_DWPE,
+                                       seed)
+        store128(dwpe, t * C + c, packed_dwpe, cuda)
+        pack += cuda.gridDim.x * cuda.blockDim.x
 
 
 def encoder_backward_wte_bucketed(cuda, dwte, bucket_info, bt_list, dout, num_buckets, C, seed):
@@ -305,11 +308,13 @@ def launch_forward(kernel, out, inp, wte, wpe, *, rng=None) -> None:
            (out.reshape(-1), inp.reshape(-1), wte.reshape(-1), wpe.reshape(-1), B, T, C), rng=rng)
 
 
-def launch_backward_wpe(kernel, dwpe, dout, seed: int, *, rng=None) -> None:
+def launch_backward_wpe(kernel, dwpe, dout, seed: int, *, rng=None, blocks: int | None = None) -> None:
+    """A thread per pack of dwpe, or ``blocks`` blocks whose threads walk the packs in turn (the package's grid
+    beside the bucket table; a learner's kernel of one pack per thread needs the full grid)."""
     B, T, C = dout.shape
-    threads = T * C // pack_size(dout.dtype)
-    launch(kernel, ceil_div(threads, BLOCK_SIZE), BLOCK_SIZE, (dwpe.reshape(-1), dout.reshape(-1), B, T, C, seed),
-           rng=rng)
+    grid = ceil_div(T * C // pack_size(dout.dtype), BLOCK_SIZE)
+    launch(kernel, grid if blocks is None else min(grid, blocks), BLOCK_SIZE,
+           (dwpe.reshape(-1), dout.reshape(-1), B, T, C, seed), rng=rng)
 
 
 def launch_backward_atomic(kernel, dwte, dwpe, dout, inp, *, rng=None) -> None:

@@ -43,7 +43,8 @@ KERNEL_EXERCISES = {
         "many threads add into one element: only atomicAdd makes that safe",
     )),
     "wpe": KernelExercise("encoder_backward_wpe.cu", "encoder_backward_wpe_kernel", (
-        "one thread per 128-bit pack of the first T rows of dwpe",
+        "one thread per 128-bit pack of the first T rows of dwpe (the check launches a thread for every pack; the",
+        "package's kernel also walks more packs per thread, for smaller grids: not needed here)",
         "sum dout[b, t, c .. c+k] in float over b = 0, 1, ..., B-1, in that order",
         "add the old dwpe value last, then round_to_storage(value, &target, element, NOISE_STREAM_DWPE, seed)",
         "with element = the flat index of that element in dwpe",
