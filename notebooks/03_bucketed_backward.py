@@ -110,7 +110,11 @@ verdict.show()
 
 # %% [markdown]
 # The package's per-thread form (`gpt2enc_edu/course/perthread.py`), line for line the CUDA kernel below;
-# it gives the mirror's bits:
+# it gives the mirror's bits. One thing yours need not have: a loop over packs. Launched with fewer threads
+# than packs, thread `i` takes pack `i`, then `i` plus the grid's thread count, and so on; an element still has
+# one owner, so the bits do not change. The package uses that beside a bucket table built on the GPU in the same
+# call: the wpe kernel gets only 3/8 of the SMs there, so that the table's kernels are not kept waiting for room
+# (docs/performance.md, part 18).
 
 # %%
 display(Markdown(f"```python\n{inspect.getsource(perthread.encoder_backward_wpe)}\n```"))
@@ -461,7 +465,8 @@ print("shuffled bucket order, same dwte bits:", compare.bitwise_equal(on.dwte, r
 # 4. **Overlap.** llm.c launches the wpe kernel **first**, so the GPU works on `dwpe` while the CPU builds
 #    the buckets. The package's CPU route queues the wpe kernel first too, but with CuPy ids it must then
 #    copy the ids to the host, and that copy waits behind the wpe kernel: the overlap is lost. The GPU route
-#    runs the wpe kernel beside the bucketing and the wte kernel, on two streams, with no host work at all.
+#    runs the wpe kernel beside the bucketing and the wte kernel, on two streams, with no host work at all,
+#    on a share of the SMs only while the table is built (the loop over packs above).
 # 5. **The ids on the host.** llm.c's `encoder_backward` takes `inputs_cpu`: the training loop already holds
 #    the ids on the host, so its bucketing costs no device-to-host copy. A CuPy caller here has the ids on the
 #    GPU only, which is why the GPU-built table (notebook 06) matters.
