@@ -9,7 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .gpu_buckets import DeviceBucketTable, build_bucket_table_gpu, max_multi_chunk_units, to_device
+from .gpu_buckets import (
+    DeviceBucketTable,
+    bucketing_route,
+    build_bucket_table_gpu,
+    max_multi_chunk_units,
+    to_device,
+)
 from .layout import (
     ATOMIC_ROWS,
     BLOCK_SIZE,
@@ -255,9 +261,9 @@ def encoder_backward_deterministic_gpu_bucketing(dwte, dwpe, dout, inp, B: int, 
     the table beside the wpe kernel and then the wte kernel: the chunked method 0.5-1.3 us faster at B=1 and B=8
     and 4-6 us faster at B=64; the bucketed one 1.4-1.8 us faster at B=1, within 1% at B=8 and within 2% either
     way at B=64; docs/performance.md, part 4.) The wpe kernel's blocks are 1024 threads wide (``WPE_BLOCK_SIZE``),
-    so that it leaves SMs free for the table's one-block kernel (part 9); beside a table built in this call it
-    takes only ``layout.WPE_SM_SHARE_BESIDE_TABLE`` of the SMs, whose threads walk dwpe's packs in turn, so that
-    the table's kernels are not kept waiting for SMs (part 18).
+    so that it leaves SMs free for the table's one-block kernel (part 9); beside the scatter route's table built in
+    this call it takes only ``layout.WPE_SM_SHARE_BESIDE_TABLE`` of the SMs, whose threads walk dwpe's packs in
+    turn, so that the table's kernels are not kept waiting for SMs (part 18).
     """
     if one_launch_backward("chunked" if chunked else "bucketed", "gpu", B * T, V, buckets_given=table is not None):
         encoder_backward_small(dwte, dwpe, dout, inp, B, T, C, seed)  # one launch, its own sort: no table, no wpe
@@ -268,9 +274,11 @@ def encoder_backward_deterministic_gpu_bucketing(dwte, dwpe, dout, inp, B: int, 
     inputs_ready.record(main)
     side.wait_event(inputs_ready)
     with side:
-        # Beside a table built here, the wpe kernel takes a share of the SMs only, so that the table's kernels find
-        # room (layout.WPE_SM_SHARE_BESIDE_TABLE); beside a table built ahead, the whole grid.
-        blocks = wpe_blocks_beside_table(device_facts().sm_count) if table is None else None
+        # Beside the scatter route's kernels (a table built here for more than one sequence), the wpe kernel takes
+        # a share of the SMs only, so that they find room (layout.WPE_SM_SHARE_BESIDE_TABLE); beside the one-block
+        # table, or a table built ahead, the whole grid.
+        narrow = table is None and bucketing_route(B * T, V) == "scatter"
+        blocks = wpe_blocks_beside_table(device_facts().sm_count) if narrow else None
         encoder_backward_wpe(dwpe, dout, B, T, C, seed, blocks=blocks)
         wpe_done.record(side)
     if table is None:

@@ -21,19 +21,23 @@ BLOCK_SIZE = 256
 #: none) it starts when its turn comes. Any size gives the same bits: each thread owns its elements.
 #: docs/performance.md, part 9.
 WPE_BLOCK_SIZE = 1024
-#: Beside a bucket table built in the same call, the wpe kernel gets this share of the SMs (one block each, whose
-#: threads walk the packs in turn) instead of a block per 1024 packs. A 1024-thread block of it takes 36 registers
-#: a thread, more than half an SM's, so no 1024-thread kernel of the table fits beside it: with 96 of an H200's 132
-#: SMs held, the table took 37 us inside the backward at B=64 on uniform ids, against 20 alone, and the chunked
-#: backward 108.6 us; at 48 blocks the table ended at 25 us and the backward took 103-104 (docs/performance.md,
-#: part 18). With the table built ahead, nothing waits on the wpe kernel's SMs and it keeps the full grid.
+#: Beside the scatter route's bucket table built in the same call (more than one sequence), the wpe kernel gets
+#: this share of the SMs (one block each, whose threads walk the packs in turn) instead of a block per 1024 packs.
+#: A 1024-thread block of it takes 36 registers a thread, more than half an SM's, so no 1024-thread kernel of the
+#: table fits beside it: with 96 of an H200's 132 SMs held, the table took 37 us inside the backward at B=64 on
+#: uniform ids, against 20 alone, and the chunked backward 108.6 us; at 48 blocks the table ended at 25 us and the
+#: backward took 103-104 (docs/performance.md, part 18). Beside a table built ahead nothing waits on the wpe
+#: kernel's SMs, and beside the one-block table (one sequence) one SM is enough: the full grid there (at B=1 the
+#: narrow grid made the bucketed call about 0.5 us slower, the wpe kernel then ending after the wte kernel).
 WPE_SM_SHARE_BESIDE_TABLE = 3 / 8
 
 
 def wpe_blocks_beside_table(sm_count: int) -> int:
-    """Blocks of the wpe kernel beside a bucket table built in the same call: ``WPE_SM_SHARE_BESIDE_TABLE`` of the
-    SMs, at least one (49 of an H200's 132)."""
+    """Blocks of the wpe kernel beside the scatter route's table built in the same call:
+    ``WPE_SM_SHARE_BESIDE_TABLE`` of the SMs, at least one (49 of an H200's 132)."""
     return max(1, int(sm_count * WPE_SM_SHARE_BESIDE_TABLE))
+
+
 #: Threads per block of the bucketed wte kernels (``WTE_BLOCK_SIZE``): 8 warps share one bucket.
 WTE_BLOCK_SIZE = 256
 WTE_WARPS = WTE_BLOCK_SIZE // WARP_SIZE

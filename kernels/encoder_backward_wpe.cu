@@ -3,9 +3,9 @@
 // Launch: 1-D grid, one thread per 128-bit pack of dwpe's first T rows:
 //   grid = CEIL_DIV(T*C / x128::size, block), kernel(dwpe, dout, B, T, C, seed)
 // or any smaller grid: thread i then takes packs i, i + (the grid's threads), ... in turn. The package launches the
-// full grid, except beside a bucket table built in the same call: there the kernel gets 3/8 of the SMs, a block
-// each, so that the table's kernels (blocks of 1024 threads, which do not fit on an SM beside one of this kernel's)
-// find SMs at once (gpt2enc_edu/layout.py, WPE_SM_SHARE_BESIDE_TABLE).
+// full grid, except beside the scatter route's bucket table built in the same call: there the kernel gets 3/8 of the
+// SMs, a block each, so that the table's kernels (blocks of 1024 threads, which do not fit on an SM beside one of
+// this kernel's) find SMs at once (gpt2enc_edu/layout.py, WPE_SM_SHARE_BESIDE_TABLE).
 // Requires C % x128::size == 0, B*T*C < 2^31 and 16-byte aligned arrays (checked in Python).
 //
 // Why it is deterministic: each dwpe element has exactly one owner thread (whatever the grid), which adds the B gradients in the

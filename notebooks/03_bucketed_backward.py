@@ -113,8 +113,8 @@ verdict.show()
 # it gives the mirror's bits. One thing yours need not have: a loop over packs. Launched with fewer threads
 # than packs, thread `i` takes pack `i`, then `i` plus the grid's thread count, and so on; an element still has
 # one owner, so the bits do not change. The package uses that beside a bucket table built on the GPU in the same
-# call: the wpe kernel gets only 3/8 of the SMs there, so that the table's kernels are not kept waiting for room
-# (docs/performance.md, part 18).
+# call for more than one sequence: the wpe kernel gets only 3/8 of the SMs there, so that the table's kernels are
+# not kept waiting for room (docs/performance.md, part 18).
 
 # %%
 display(Markdown(f"```python\n{inspect.getsource(perthread.encoder_backward_wpe)}\n```"))

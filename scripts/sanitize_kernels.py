@@ -280,7 +280,8 @@ def _atomic_fp32_plain_case(name: str, shape, dtype) -> Case:
 
 def _wpe_grid_case(name: str, shape, dtype) -> Case:
     """The wpe kernel on grids smaller than a thread per pack (1 and 2 blocks: each thread walks several packs,
-    as beside a table built in the call, where the package gives it a share of the SMs), against the mirror."""
+    as beside the scatter route's table built in the call, where the package gives it a share of the SMs), against
+    the mirror."""
 
     def run(check: bool) -> str | None:
         import cupy

@@ -1,5 +1,6 @@
 """The wpe kernel on any grid: a thread per pack, or fewer threads that walk the packs in turn (the grid the
-package gives it beside a bucket table built in the same call). Same bits as the mirror either way."""
+package gives it beside the scatter route's bucket table built in the same call). Same bits as the mirror either
+way."""
 
 from __future__ import annotations
 
@@ -66,18 +67,17 @@ def test_the_kernel_gives_the_mirrors_bits_on_any_grid(rng, dtype, shape):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("chunked", [True, False], ids=["chunked", "bucketed"])
-def test_the_narrow_grid_goes_beside_a_table_built_in_the_call_only(rng, monkeypatch, chunked):
-    """A table built in the call: the wpe kernel gets its share of the SMs; a table built ahead: the whole grid.
-    The bits are the mirror's both ways."""
+def test_the_narrow_grid_goes_beside_the_scatter_routes_table_only(rng, monkeypatch, chunked):
+    """The scatter route's table built in the call: the wpe kernel gets its share of the SMs. A table built ahead,
+    or the one-block table of one sequence (bucketed method; the chunked one is then a single launch): the whole
+    grid. The bits are the mirror's every way."""
     import cupy
 
+    from gpt2enc_edu.gpu_buckets import bucketing_route
     from gpt2enc_edu.loader import device_facts
 
     method = "chunked" if chunked else "bucketed"
-    p = random_problem(2, 1024, 64, 500, dtype=bfloat16, ids="zipf", rng=rng)  # 2048 ids: not one launch
-    seed = int(rng.integers(2**32))
-    cpu = p.on(np)
-    enc.encoder_backward(cpu.dwte, cpu.dwpe, cpu.dout, cpu.inp, seed=seed, method=method)
+    narrow = wpe_blocks_beside_table(device_facts().sm_count)
     real = cuda.encoder_backward_wpe
     grids = []
 
@@ -86,11 +86,19 @@ def test_the_narrow_grid_goes_beside_a_table_built_in_the_call_only(rng, monkeyp
         real(*args, blocks=blocks)
 
     monkeypatch.setattr(cuda, "encoder_backward_wpe", recording)
-    g = p.on(cupy)
-    enc.encoder_backward(g.dwte, g.dwpe, g.dout, g.inp, seed=seed, method=method, bucketing="gpu")
-    ahead = p.on(cupy)
-    table = enc.make_buckets(ahead.inp, p.C, bfloat16, V=500)
-    enc.encoder_backward(ahead.dwte, ahead.dwpe, ahead.dout, ahead.inp, seed=seed, method=method, buckets=table)
-    assert grids == [wpe_blocks_beside_table(device_facts().sm_count), None]
-    for got in (g, ahead):
-        assert compare.bitwise_equal(got.dwte, cpu.dwte) and compare.bitwise_equal(got.dwpe, cpu.dwpe)
+    for B, T, want_in_call in ((2, 1024, narrow), (1, 1000, None)):  # 2048 ids: the scatter route; 1000: one block
+        assert bucketing_route(B * T, 500) == ("scatter" if want_in_call else "small")
+        p = random_problem(B, T, 64, 500, dtype=bfloat16, ids="zipf", rng=rng)
+        seed = int(rng.integers(2**32))
+        cpu = p.on(np)
+        enc.encoder_backward(cpu.dwte, cpu.dwpe, cpu.dout, cpu.inp, seed=seed, method=method)
+        grids.clear()
+        g = p.on(cupy)
+        enc.encoder_backward(g.dwte, g.dwpe, g.dout, g.inp, seed=seed, method=method, bucketing="gpu")
+        ahead = p.on(cupy)
+        table = enc.make_buckets(ahead.inp, p.C, bfloat16, V=500)
+        enc.encoder_backward(ahead.dwte, ahead.dwpe, ahead.dout, ahead.inp, seed=seed, method=method, buckets=table)
+        one_launch = chunked and want_in_call is None  # the chunked call of one sequence runs no wpe kernel
+        assert grids == ([None] if one_launch else [want_in_call, None]), (B, T)
+        for got in (g, ahead):
+            assert compare.bitwise_equal(got.dwte, cpu.dwte) and compare.bitwise_equal(got.dwpe, cpu.dwpe)
