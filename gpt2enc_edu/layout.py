@@ -27,8 +27,9 @@ WPE_BLOCK_SIZE = 1024
 #: table fits beside it: with 96 of an H200's 132 SMs held, the table took 37 us inside the backward at B=64 on
 #: uniform ids, against 20 alone, and the chunked backward 108.6 us; at 48 blocks the table ended at 25 us and the
 #: backward took 103-104 (docs/performance.md, part 18). Beside a table built ahead nothing waits on the wpe
-#: kernel's SMs, and beside the one-block table (one sequence) one SM is enough: the full grid there (at B=1 the
-#: narrow grid made the bucketed call about 0.5 us slower, the wpe kernel then ending after the wte kernel).
+#: kernel's SMs, and beside the one-block table (one sequence), which needs one SM, the narrow grid only makes the wpe
+#: kernel longer: the full grid there (the bucketed call at B=1 took 15.6 / 18.4 / 18.6 us with the narrow grid and
+#: 15.3 / 18.4 / 18.2 with the full one, two bench runs apart: within their spread, but nothing to gain).
 WPE_SM_SHARE_BESIDE_TABLE = 3 / 8
 
 
