@@ -8,9 +8,9 @@
 // this kernel's) find SMs at once (gpt2enc_edu/layout.py, WPE_SM_SHARE_BESIDE_TABLE).
 // Requires C % x128::size == 0, B*T*C < 2^31 and 16-byte aligned arrays (checked in Python).
 //
-// Why it is deterministic: each dwpe element has exactly one owner thread (whatever the grid), which adds the B gradients in the
-// fixed order b = 0, 1, ..., B-1 in fp32, then adds the old value and rounds once (read-modify-write, so
-// gradient accumulation over several calls keeps working). No atomics, no order that depends on timing.
+// Why it is deterministic: each dwpe element has exactly one owner thread (whatever the grid), which adds the B
+// gradients in the fixed order b = 0, 1, ..., B-1 in fp32, then adds the old value and rounds once (read-modify-write,
+// so gradient accumulation over several calls keeps working). No atomics, no order that depends on timing.
 #include "common.cuh"
 
 #define WPE_UNROLL 8
