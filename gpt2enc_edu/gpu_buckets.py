@@ -16,7 +16,8 @@ without waiting for the GPU, so a ``DeviceBucketTable`` carries upper bounds (``
 ``max_units``) for launch grids plus the exact sizes in device memory (``counters``), which the wte
 kernels read. ``to_host()`` waits, trims, and returns an ordinary ``BucketTable`` (for tests and plots).
 ``build_bucket_table_gpu(..., bucket_rows=False)`` is for a caller that reads only the units and ``bt_list`` (the
-chunked wte kernels): the one-block route then skips the bucket rows, and the table says so (``has_bucket_rows``).
+chunked wte kernels): the one-block route then skips the bucket rows, the scatter route writes only the big tokens'
+(its kernel 5 reads them), and the table says it has none (``has_bucket_rows``).
 
 Buffers come from a per-(device, stream, size) workspace that is reused from call to call, so a table is
 valid until the next GPU bucketing of the same size on the same stream; ``copy()`` gives it memory of its own
@@ -174,9 +175,10 @@ class _Workspace:
     skip), and those rows must hold initialised values. The one-block route needs no other buffers.
     """
 
-    def __init__(self, cupy, BT: int, V: int, groups: int, grid: int, route: str):
+    def __init__(self, cupy, BT: int, V: int, groups: int, grid: int, route: str, bucket_rows: bool = True):
         i32 = np.int32
         self.route, self.grid = route, grid
+        self.bucket_rows = bool(bucket_rows)  # the scatter route: whether kernel 3 writes the small tokens' rows
         self.info = cupy.zeros((min(V, BT) * groups, 4), i32)
         self.units = cupy.zeros((unit_rows(max_units(BT, V)), 4), i32)
         self.bt_list = cupy.zeros(BT, i32)
@@ -280,7 +282,7 @@ def _launch_scatter(cupy, inp, BT: int, V: int, groups: int, dtype, ws, stop_aft
          (ws.counts, np.int32(V), ws.tile_totals, ws.big_list, ws.counters)),
         ("scatter_rows_kernel", 1 + num_tiles, SCATTER_THREADS,
          (ws.counts, np.int32(V), ws.tile_totals, ws.big_list, np.int32(groups), ws.big_sorted, ws.big_unit_starts,
-          ws.class_bases, ws.info, ws.units, ws.token_starts, ws.counters)),
+          ws.class_bases, ws.info, ws.units, ws.token_starts, ws.counters, np.int32(ws.bucket_rows))),
         ("scatter_positions_kernel", position_grid, SCATTER_SMALL_BLOCK,
          (inp, np.int32(BT), ws.counts, ws.token_starts, ws.bt_list)),
         ("scatter_sort_kernel", big_blocks + small_blocks, SCATTER_THREADS,
@@ -382,12 +384,14 @@ def _launch(inp, C: int, dtype, V: int, stop_after: int = 0, route: str | None =
     # One workspace per dtype too: the scatter route's graph holds the kernels compiled for one dtype, and a
     # capture must not be the first call to compile and load another dtype's. And one per launch method: the graph
     # keeps the launches it was captured with, programmatic or plain (``loader.PROGRAMMATIC_LAUNCH``).
+    # The scatter route's graphs also hold whether kernel 3 writes the small tokens' bucket rows: one workspace each.
+    rows = bool(bucket_rows) or route != "scatter"
     key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, BT, V, groups, route, dtype_name(dtype),
-           loader.PROGRAMMATIC_LAUNCH)
+           loader.PROGRAMMATIC_LAUNCH, rows)
     ws = _workspaces.get(key)
     if ws is None:
         grid = _grid_size(BT, V) if route == "cooperative" else 1
-        ws = _workspaces[key] = _Workspace(cupy, BT, V, groups, grid, route)
+        ws = _workspaces[key] = _Workspace(cupy, BT, V, groups, grid, route, rows)
     if route == "scatter" and stop_after == 0 and not clear_counts:
         _launch_scatter_graph(cupy, inp, BT, V, groups, dtype, ws)
     elif route == "scatter":
@@ -413,13 +417,14 @@ def build_bucket_table_gpu(inp, C: int, dtype, V: int, *, route: str | None = No
 
     ``bucket_rows=False``: the caller reads only the units, ``bt_list`` and the counters (the chunked wte kernels
     do). The one-block route then does not write the bucket rows, which took 0.2-0.9 us of its 8 us at B=1 on an
-    H200 (docs/performance.md, part 6); the other routes write them anyway, since their own later steps read them.
+    H200 (docs/performance.md, part 6), and the scatter route writes only the big tokens' rows, which its own kernel
+    5 reads (docs/performance.md, part 19); the cooperative route writes them all, since its later steps read them.
     The table's ``has_bucket_rows`` says which, and readers of the rows (``to_host``, the bucketed wte kernel)
     refuse a table without them.
     """
     ws = _launch(inp, C, dtype, V, route=route, bucket_rows=bucket_rows)
     return DeviceBucketTable(info=ws.info, bt_list=ws.bt_list, units=ws.units, counters=ws.counters, C=C,
-                             dtype=np.dtype(dtype), has_bucket_rows=bool(bucket_rows) or ws.route != "small")
+                             dtype=np.dtype(dtype), has_bucket_rows=bool(bucket_rows) or ws.route == "cooperative")
 
 
 #: The phases of each bucketing kernel, in order: ``stop_after = i + 1`` ends the kernel after phase ``i``.

@@ -13,11 +13,12 @@ Read it beside the kernels. Each function has the name of one kernel, works on t
    (``big_token_rows``): big tokens ranked by their keys (count, then id); their starts, buckets and first units;
    the class bases and the sizes written out. The other blocks (``small_token_rows``, a tile of token ids each):
    each small token's place in its class (earlier tiles + earlier warps of its tile + earlier lanes of its warp),
-   its start (arithmetic: the class's tokens all have c items), buckets, unit.
+   its start (arithmetic: the class's tokens all have c items), buckets (unless ``write_bucket_rows`` is off: the
+   chunked method's table), unit.
 4. ``scatter_positions_kernel``: every position into its token's range at the slot the atomics give.
-5. ``scatter_sort_kernel``: each range sorted: big tokens through a bitmap of all positions, small ones by
-   counting smaller neighbours (a pool of warps takes them in turn; the twin takes them in rank order); the big
-   tokens' units.
+5. ``scatter_sort_kernel``: each range sorted: big tokens through a bitmap of all positions, small ones (their
+   ranges found from the class bases) by counting smaller neighbours (a pool of warps takes them in turn; the twin
+   takes them in rank order); the big tokens' units.
 
 Two steps of the GPU depend on timing, not on the data: the order in which kernel 2 lists the big tokens and the
 slots kernel 4's atomics hand out. Neither reaches the table (kernel 3 ranks by keys alone; kernel 5 sorts every
@@ -73,6 +74,7 @@ class ScatterWorkspace:
     units: np.ndarray  # (BT, 4): enough rows for any table
     bt_list: np.ndarray  # (BT,)
     counters: np.ndarray  # (NUM_COUNTERS,)
+    write_bucket_rows: bool = True  # False: kernel 3 writes only the big tokens' rows (kernel 5 reads those)
 
     @property
     def BT(self) -> int:
@@ -83,8 +85,9 @@ class ScatterWorkspace:
         return ceil_div(self.V, SCATTER_THREADS)
 
 
-def make_workspace(inp: np.ndarray, C: int, dtype, V: int) -> ScatterWorkspace:
-    """Buffers for (B, T) ids in [0, V); B*T <= SCATTER_MAX_BT, as the kernels require."""
+def make_workspace(inp: np.ndarray, C: int, dtype, V: int, *, bucket_rows: bool = True) -> ScatterWorkspace:
+    """Buffers for (B, T) ids in [0, V); B*T <= SCATTER_MAX_BT, as the kernels require. ``bucket_rows=False``: the
+    chunked method's table (``write_bucket_rows``: the small tokens' bucket rows are left as they are)."""
     flat = np.ascontiguousarray(inp, dtype=np.int32).reshape(-1)
     BT = flat.size
     if not 1 <= BT <= SCATTER_MAX_BT:
@@ -107,6 +110,7 @@ def make_workspace(inp: np.ndarray, C: int, dtype, V: int) -> ScatterWorkspace:
         units=np.zeros((BT, 4), i32),
         bt_list=np.zeros(BT, i32),
         counters=np.zeros(NUM_COUNTERS, i32),
+        write_bucket_rows=bool(bucket_rows),
     )
 
 
@@ -213,7 +217,7 @@ def big_token_rows(ws: ScatterWorkspace) -> None:
 
 def small_token_rows(ws: ScatterWorkspace, tile: int) -> None:
     """Kernel 3's block ``tile + 1``, one thread per token id of the tile: a small token's place in its class (earlier
-    tiles + earlier warps of its tile + earlier lanes of its warp), then its start, buckets and unit."""
+    tiles + earlier warps of its tile + earlier lanes of its warp), then its start, buckets (if asked) and unit."""
     groups = ws.num_c_groups
     ix = np.arange(tile * SCATTER_THREADS, min((tile + 1) * SCATTER_THREADS, ws.V))
     cls = token_class(ws.counts[ix])
@@ -232,8 +236,9 @@ def small_token_rows(ws: ScatterWorkspace, tile: int) -> None:
     start = base[BASE_ITEM, cls - 1] + place * cls
     unit = base[BASE_UNIT, cls - 1] + place
     ws.token_starts[ix] = start
-    for g in range(groups):
-        ws.bucket_info[rank * groups + g] = np.stack([start, cls, ix, np.full(ix.size, g)], axis=1)
+    if ws.write_bucket_rows:
+        for g in range(groups):
+            ws.bucket_info[rank * groups + g] = np.stack([start, cls, ix, np.full(ix.size, g)], axis=1)
     ws.units[unit] = np.stack([ix, np.zeros_like(ix), start, cls], axis=1)
 
 
@@ -257,7 +262,9 @@ def scatter_positions_kernel(ws: ScatterWorkspace) -> None:
 
 def scatter_sort_kernel(ws: ScatterWorkspace) -> None:
     """Big tokens: mark every position in a bitmap, read the set bits out in order, write the units.
-    Small tokens: each position moves to ``start`` + how many of its range are smaller."""
+    Small tokens: the range of rank r from the class bases alone (its class: the smallest c whose first rank is
+    <= r, a ballot over the lanes; c positions from the class's first slot + (r - first rank) * c); each position
+    moves to ``start`` + how many of its range are smaller."""
     groups = ws.num_c_groups
     num_big = int(ws.counters[COUNTER_NUM_BIG])
     words = ceil_div(ws.BT, WARP_SIZE)
@@ -272,12 +279,17 @@ def scatter_sort_kernel(ws: ScatterWorkspace) -> None:
         ws.units[ws.big_unit_starts[rank] + chunk] = np.stack(
             [np.full(chunk.size, ix), chunk, np.full(chunk.size, start), np.full(chunk.size, count)], axis=1
         )
-    distinct = int(ws.counters[COUNTER_NUM_DISTINCT])
-    rows = ws.bucket_info[np.arange(num_big, distinct) * groups]
-    for start, count in rows[rows[:, 1] > 1][:, :2]:
-        bt = ws.bt_list[start : start + count].copy()
+    end = int(ws.class_bases[BASE_RANK, 0])  # class 1's first rank: its single positions are sorted already
+    class_rank = ws.class_bases[BASE_RANK].astype(np.int64)  # lane l: class l + 1
+    class_item = ws.class_bases[BASE_ITEM].astype(np.int64)
+    rank = np.arange(num_big, end)  # the pool's ranks (a warp each, in turn)
+    at_or_before = class_rank[None, :] <= rank[:, None]  # the ballot of each rank's warp
+    count = at_or_before.argmax(axis=1) + 1  # __ffs: its class, the lowest lane whose class starts at or before it
+    start = class_item[count - 1] + (rank - class_rank[count - 1]) * count
+    for first, n in zip(start, count):
+        bt = ws.bt_list[first : first + n].copy()
         place = (bt[None, :] < bt[:, None]).sum(axis=1)  # lane i: how many lanes hold a smaller position
-        ws.bt_list[start + place] = bt
+        ws.bt_list[first + place] = bt
 
 
 KERNELS = (
@@ -293,13 +305,14 @@ KERNELS = (
 def bucketing_scatter(
     inp: np.ndarray, C: int, dtype, V: int, *, workspace: ScatterWorkspace | None = None
 ) -> BucketTable:
-    """All steps for (B, T) ids in [0, V), B*T <= SCATTER_MAX_BT: the bucket table (``buckets.BucketTable``)."""
+    """All steps for (B, T) ids in [0, V), B*T <= SCATTER_MAX_BT: the bucket table (``buckets.BucketTable``). A
+    ``workspace`` made with ``bucket_rows=False`` gives the chunked method's table: no bucket rows (``info`` empty)."""
     ws = workspace if workspace is not None else make_workspace(inp, C, dtype, V)
     for kernel in KERNELS:
         kernel(ws)
     num_buckets, num_units = int(ws.counters[COUNTER_NUM_BUCKETS]), int(ws.counters[COUNTER_NUM_UNITS])
     return BucketTable(
-        info=ws.bucket_info[:num_buckets].copy(),
+        info=ws.bucket_info[:num_buckets].copy() if ws.write_bucket_rows else np.empty((0, 4), np.int32),
         bt_list=ws.bt_list.copy(),
         units=ws.units[:num_units].copy(),
         C=int(C),

@@ -27,7 +27,9 @@
 //        (counts, V, tile_totals, big_list, counters)
 //   3. scatter_rows_kernel        grid 1 + num_tiles, block SCATTER_THREADS
 //        (counts, V, tile_totals, big_list, num_c_groups, big_sorted, big_unit_starts, class_bases, bucket_info,
-//         units, token_starts, counters)
+//         units, token_starts, counters, write_bucket_rows)
+//        write_bucket_rows = 0 (the chunked method's table: its wte kernels read only the units and bt_list):
+//        only the big tokens' bucket rows are written, which kernel 5 reads.
 //   4. scatter_positions_kernel   grid CEIL_DIV(BT, SCATTER_SMALL_BLOCK), block SCATTER_SMALL_BLOCK
 //        (inp, BT, counts, token_starts, bt_list)
 //   5. scatter_sort_kernel        grid big_blocks + small_blocks, block SCATTER_THREADS
@@ -242,7 +244,8 @@ __device__ __forceinline__ void big_token_rows(const int* counts, int num_tiles,
 // its one unit. The class bases come from the same scan block 0 does, so no block waits for another.
 __device__ __forceinline__ void small_token_rows(const int* counts, int V, int tile, int num_tiles,
                                                  const int* tile_totals, int num_c_groups, int4* bucket_info,
-                                                 int4* units, int* token_starts, const int* counters) {
+                                                 int4* units, int* token_starts, const int* counters,
+                                                 int write_bucket_rows) {
     __shared__ int warp_counts[SCATTER_WARPS][CHUNK_ITEMS + 1];  // [warp][class - 1]; +1 spreads the banks
     __shared__ int tiles_before[CHUNK_ITEMS];
     __shared__ int class_totals[CHUNK_ITEMS];
@@ -272,7 +275,9 @@ __device__ __forceinline__ void small_token_rows(const int* counts, int V, int t
     int start = base[BASE_ITEM][cls - 1] + place * cls;
     int unit = base[BASE_UNIT][cls - 1] + place;
     token_starts[ix] = start;
-    for (int g = 0; g < num_c_groups; g++) { bucket_info[rank * num_c_groups + g] = make_int4(start, cls, ix, g); }
+    if (write_bucket_rows) {
+        for (int g = 0; g < num_c_groups; g++) { bucket_info[rank * num_c_groups + g] = make_int4(start, cls, ix, g); }
+    }
     units[unit] = make_int4(ix, 0, start, cls);
 }
 
@@ -282,7 +287,7 @@ __device__ __forceinline__ void small_token_rows(const int* counts, int V, int t
 extern "C" __global__ void __launch_bounds__(SCATTER_THREADS)
     scatter_rows_kernel(const int* counts, int V, const int* tile_totals, const int* big_list, int num_c_groups,
                         int* big_sorted, int* big_unit_starts, int* class_bases, int4* bucket_info, int4* units,
-                        int* token_starts, int* counters) {
+                        int* token_starts, int* counters, int write_bucket_rows) {
     wait_for_previous_grid();  // kernels 2-5 are programmatic dependents of the one before (common.cuh)
     allow_next_grid();
     int num_tiles = (int)gridDim.x - 1;
@@ -291,7 +296,7 @@ extern "C" __global__ void __launch_bounds__(SCATTER_THREADS)
                        bucket_info, token_starts, counters);
     } else {
         small_token_rows(counts, V, (int)blockIdx.x - 1, num_tiles, tile_totals, num_c_groups, bucket_info, units,
-                         token_starts, counters);
+                         token_starts, counters, write_bucket_rows);
     }
 }
 
@@ -369,12 +374,21 @@ extern "C" __global__ void __launch_bounds__(SCATTER_THREADS)
     // B=64 that made the table alone 0-4 us faster and the chunked backward 0-3 us faster than a warp for every
     // token that may need one (about 1,600 blocks, most of whose warps leave at once). Before the wpe kernel took
     // 1024-thread blocks (part 9), the same pool had made the backward slower (docs/performance.md, parts 8 and 16).
+    //
+    // A small token's range needs no load: lane l holds class l + 1's first rank and first slot (class_bases), the
+    // classes come in the order 32, 31, ..., 1, so the class of rank r is the smallest c whose first rank is <= r
+    // (one ballot), and its range starts (r - first rank) * c slots after the class's first slot, c positions long.
+    // The warp's only wait per token is then the load of its positions (it loaded the token's bucket row first,
+    // before docs/performance.md's part 19), and kernel 3 need not write the small tokens' bucket rows for this
+    // kernel, so the chunked method's table leaves them out.
     int end = class_bases[BASE_RANK * CHUNK_ITEMS + 0];
+    int class_rank = class_bases[BASE_RANK * CHUNK_ITEMS + lane];  // lane l: class l + 1
+    int class_item = class_bases[BASE_ITEM * CHUNK_ITEMS + lane];
     int pool = ((int)gridDim.x - big_blocks) * SCATTER_WARPS;
     for (int rank = num_big + ((int)blockIdx.x - big_blocks) * SCATTER_WARPS + warp; rank < end; rank += pool) {
-        int4 row = bucket_info[rank * num_c_groups];
-        int start = row.x;
-        int count = row.y;  // 2 .. CHUNK_ITEMS == WARP_SIZE
+        int count = __ffs(__ballot_sync(0xffffffffu, class_rank <= rank));  // its class: 2 .. CHUNK_ITEMS == WARP_SIZE
+        int start = __shfl_sync(0xffffffffu, class_item, count - 1) +
+                    (rank - __shfl_sync(0xffffffffu, class_rank, count - 1)) * count;
         int bt = lane < count ? bt_list[start + lane] : 0x7FFFFFFF;
         int place = 0;  // how many of the range's positions are smaller than mine
         for (int k = 0; k < count; k++) { place += __shfl_sync(0xffffffffu, bt, k) < bt; }

@@ -236,7 +236,9 @@ del p, results, cpu, ref, bound, chunked, bucketed, ulps
 #   token's range at whatever slot an integer atomic hands out; then each range is sorted on its own: a warp
 #   sorts a small token's ≤ 32 positions (each lane counts the positions smaller than its own), a block sorts
 #   a big token's by setting one bit per position in a bitmap of all B·T positions and reading the set bits
-#   out in order.
+#   out in order. The warp needs nothing but the class starts to find a small token's range: its rank says its
+#   class (one ballot over the 32 classes' first ranks), and the arithmetic above says where the range begins. So
+#   the chunked method's table skips the small tokens' bucket rows here too.
 #
 # Five short kernels: count; classify (which also adds up the big tokens' items and units); rows, where one block
 # ranks the big tokens while every other block writes a tile's small tokens (each block finds where the classes

@@ -121,6 +121,24 @@ def test_twin_workspace_after_a_table():
     assert counters[layout.COUNTER_BIG_ITEMS] == 100 and counters[layout.COUNTER_BIG_UNITS] == 6
 
 
+@pytest.mark.parametrize("B, T, V, ids", [(1, 110, 1100, "edges"), (8, 1024, 50257, "zipf"),
+                                         (64, 1024, 50257, "uniform"), (4, 256, 500, "repeated")])
+def test_twin_without_bucket_rows(B, T, V, ids):
+    """The chunked method's table (``bucket_rows=False``): kernel 3 writes the big tokens' bucket rows only (kernel 5
+    reads those), kernel 5 finds every small token's range from the class bases, and bt_list and the units are the
+    whole table's."""
+    rng = np.random.default_rng(B + T + V)
+    inp = _class_edges(rng) if ids == "edges" else _ids(ids, B, T, V, rng)
+    ws = twin.make_workspace(inp, 768, bfloat16, V, bucket_rows=False)
+    ws.bucket_info[:] = -1  # poison: what the kernels leave alone stays so
+    table = twin.bucketing_scatter(inp, 768, bfloat16, V, workspace=ws)
+    want = buckets.build_bucket_table(inp, 768, bfloat16)
+    assert buckets.same_table(table, want, bucket_rows=False) and table.num_buckets == 0
+    big_rows = int(ws.counters[layout.COUNTER_NUM_BIG]) * want.num_c_groups
+    assert np.array_equal(ws.bucket_info[:big_rows], want.info[:big_rows])
+    assert (ws.bucket_info[big_rows:] == -1).all()
+
+
 def test_refuses_what_the_kernels_do_not_take():
     with pytest.raises(ValueError, match="scatter route"):
         twin.make_workspace(np.zeros(layout.SCATTER_MAX_BT + 1, dtype=np.int32), 64, bfloat16, 10)
@@ -156,8 +174,32 @@ def test_gpu_scatter_route_equals_its_twin(B, T, V, ids, dtype_c):
         gpu_buckets.release_workspaces()
 
 
-def _check_against_twin(gpu_buckets, inp, g_inp, C, dtype, V):
-    ws = gpu_buckets._launch(g_inp, C, dtype, V, route="scatter")  # allocates, builds once
+@pytest.mark.gpu
+@pytest.mark.parametrize("B, T, V, ids", [(1, 110, 1100, "edges"), (8, 1024, 50257, "zipf"),
+                                         (64, 1024, 50257, "uniform"), (64, 1024, 50257, "repeated")])
+def test_gpu_scatter_route_without_bucket_rows_equals_its_twin(B, T, V, ids):
+    """The chunked method's table (``bucket_rows=False``): the small tokens' bucket rows stay as they were (poison),
+    the big tokens' rows, bt_list, the units and the workspace are the twin's; the table says it has no rows."""
+    import cupy
+
+    from gpt2enc_edu import gpu_buckets
+
+    rng = np.random.default_rng(B * 37 + T + V)
+    inp = _class_edges(rng) if ids == "edges" else _ids(ids, B, T, V, rng)
+    g_inp = cupy.asarray(inp)
+    gpu_buckets.release_workspaces()
+    try:
+        _check_against_twin(gpu_buckets, inp, g_inp, 768, bfloat16, V, bucket_rows=False)
+        table = gpu_buckets.build_bucket_table_gpu(g_inp, 768, bfloat16, V, route="scatter", bucket_rows=False)
+        assert not table.has_bucket_rows
+        assert buckets.same_table(table.to_host(bucket_rows=False), buckets.build_bucket_table(inp, 768, bfloat16),
+                                  bucket_rows=False)
+    finally:
+        gpu_buckets.release_workspaces()
+
+
+def _check_against_twin(gpu_buckets, inp, g_inp, C, dtype, V, bucket_rows=True):
+    ws = gpu_buckets._launch(g_inp, C, dtype, V, route="scatter", bucket_rows=bucket_rows)  # allocates, builds once
     for name in (
         "info",
         "units",
@@ -170,11 +212,18 @@ def _check_against_twin(gpu_buckets, inp, g_inp, C, dtype, V):
     ):
         getattr(ws, name).fill(-0x5A5A5A5A)  # poison: every value the twin compares must be written again
     ws.counters.fill(-7)
-    gpu_buckets._launch(g_inp, C, dtype, V, route="scatter")
-    t_ws = twin.make_workspace(inp, C, dtype, V)
+    gpu_buckets._launch(g_inp, C, dtype, V, route="scatter", bucket_rows=bucket_rows)
+    t_ws = twin.make_workspace(inp, C, dtype, V, bucket_rows=bucket_rows)
     table = twin.bucketing_scatter(inp, C, dtype, V, workspace=t_ws)
-    assert _same_table(table, buckets.build_bucket_table(inp, C, dtype))
-    assert np.array_equal(ws.info[: table.num_buckets].get(), table.info)
+    assert buckets.same_table(table, buckets.build_bucket_table(inp, C, dtype), bucket_rows=bucket_rows)
+    if bucket_rows:
+        assert np.array_equal(ws.info[: table.num_buckets].get(), table.info)
+    else:  # only the big tokens' rows are written (kernel 5 reads them); the rest stays poison
+        big_rows = int(t_ws.counters[layout.COUNTER_NUM_BIG]) * t_ws.num_c_groups
+        num_buckets = int(t_ws.counters[layout.COUNTER_NUM_BUCKETS])
+        info = ws.info[:num_buckets].get()
+        assert np.array_equal(info[:big_rows], t_ws.bucket_info[:big_rows])
+        assert (info[big_rows:] == -0x5A5A5A5A).all()
     assert np.array_equal(ws.units[: table.num_units].get(), table.units)
     assert np.array_equal(ws.bt_list.get(), table.bt_list)
     assert np.array_equal(ws.tile_totals.get(), t_ws.tile_totals.reshape(-1))

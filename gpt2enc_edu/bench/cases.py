@@ -196,7 +196,7 @@ def case_gpu_buckets(w: Workload) -> Timed:
 
 def case_gpu_buckets_units(w: Workload) -> Timed:
     """The GPU bucket table as the chunked method builds it (``bucket_rows=False``: units, bt_list and counters; the
-    one-block route then skips the bucket rows, the others write them anyway)."""
+    one-block route then skips the bucket rows, the scatter route writes only the big tokens')."""
     w.check_ids()
     return Timed(lambda: gpu_buckets.build_bucket_table_gpu(w.inp, w.C, bfloat16, w.V, bucket_rows=False), w.stream)
 
