@@ -36,10 +36,6 @@ def _ids(kind, B, T, V, rng):
     return make_ids(kind, B, T, seed=rng) if kind == "real" else make_ids(kind, B, T, V=V, seed=rng)
 
 
-def _same_table(a, b) -> bool:
-    return all(np.array_equal(getattr(a, f), getattr(b, f)) for f in ("info", "bt_list", "units"))
-
-
 def _class_edges(rng) -> np.ndarray:
     """Tokens seen 1, 31, 32 (the largest small class), 33 (the smallest big count) and 34 times, shuffled."""
     counts = {3: 1, 8: 31, 5: 32, 7: 33, 2: 34, 1030: 32, 1031: 33}
@@ -53,13 +49,13 @@ def test_twin_builds_the_numpy_table(B, T, V, ids, dtype_c):
     dtype, C = dtype_c
     rng = np.random.default_rng(B * 100003 + T * 7 + V)
     inp = _ids(ids, B, T, V, rng)
-    assert _same_table(twin.bucketing_scatter(inp, C, dtype, V), buckets.build_bucket_table(inp, C, dtype))
+    assert buckets.same_table(twin.bucketing_scatter(inp, C, dtype, V), buckets.build_bucket_table(inp, C, dtype))
 
 
 def test_twin_at_the_class_edges():
     inp = _class_edges(np.random.default_rng(1))
     table = twin.bucketing_scatter(inp, 768, bfloat16, 1100)
-    assert _same_table(table, buckets.build_bucket_table(inp, 768, bfloat16))
+    assert buckets.same_table(table, buckets.build_bucket_table(inp, 768, bfloat16))
     # big tokens (34, 33, 33 items) first, then the class of 32 by id, then 31, then 1
     assert table.sizes[:: table.num_c_groups].tolist() == [34, 33, 33, 32, 32, 31, 1]
     assert table.token_ids[:: table.num_c_groups].tolist() == [2, 7, 1031, 5, 1030, 8, 3]
@@ -76,7 +72,7 @@ def test_twin_on_any_ids(case):
     inp = np.asarray(ids, dtype=np.int32)[None, :]
     ws = twin.make_workspace(inp, 520, bfloat16, V)
     table = twin.bucketing_scatter(inp, 520, bfloat16, V, workspace=ws)
-    assert _same_table(table, buckets.build_bucket_table(inp, 520, bfloat16))
+    assert buckets.same_table(table, buckets.build_bucket_table(inp, 520, bfloat16))
     counts = np.bincount(inp.ravel(), minlength=V)  # the sizes, with and without big tokens
     assert ws.counters[layout.COUNTER_NUM_DISTINCT] == np.count_nonzero(counts)
     assert ws.counters[layout.COUNTER_MAX_COUNT] == counts.max()
@@ -266,7 +262,7 @@ def test_gpu_scatter_route_replays_its_copy_graph_with_new_buffers(B, V):
                     inp = _ids("zipf" if call % 2 else "uniform", B, 1024, V, rng)
                     kept.append(cupy.asarray(inp))
                     got = gpu_buckets.build_bucket_table_gpu(kept[-1], 768, bfloat16, V, route="scatter").to_host()
-                    assert _same_table(got, buckets.build_bucket_table(inp, 768, bfloat16)), f"call {call}"
+                    assert buckets.same_table(got, buckets.build_bucket_table(inp, 768, bfloat16)), f"call {call}"
                 ws = next(w for k, w in gpu_buckets._workspaces.items() if k[1] == stream.ptr)
                 assert ws.graph is not None and not ws.graphs_in_place  # the copy graph, no buffer seen twice
                 assert not ws.counts.get().any()  # counted back down to zero: the next table needs no memset
@@ -293,7 +289,7 @@ def test_gpu_scatter_route_reads_a_known_buffer_in_place():
                 inp = _ids(("uniform", "zipf", "repeated")[(sweep + i) % 3], B, T, V, rng)
                 buffer.set(inp)  # new ids, same address
                 got = gpu_buckets.build_bucket_table_gpu(buffer, 768, bfloat16, V, route="scatter").to_host()
-                assert _same_table(got, buckets.build_bucket_table(inp, 768, bfloat16)), f"sweep {sweep}, {i}"
+                assert buckets.same_table(got, buckets.build_bucket_table(inp, 768, bfloat16)), f"sweep {sweep}, {i}"
         ws = next(iter(gpu_buckets._workspaces.values()))
         assert len(ws.graphs_in_place) == gpu_buckets.SCATTER_GRAPHS
         assert set(ws.graphs_in_place) <= {b.data.ptr for b in buffers} and ws.graph is not None
@@ -320,7 +316,7 @@ def test_gpu_scatter_route_clears_counts_only_after_a_stopped_run():
                 ws = gpu_buckets._launch(g_inp, 768, bfloat16, 50257, stop_after=2, route="scatter")
                 assert ws.counts_dirty and ws.counts.get().any()
             got = gpu_buckets.build_bucket_table_gpu(g_inp, 768, bfloat16, 50257, route="scatter").to_host()
-            assert _same_table(got, want)
+            assert buckets.same_table(got, want)
             ws = next(iter(gpu_buckets._workspaces.values()))
             assert not ws.counts_dirty and not ws.counts.get().any()
     finally:
@@ -344,7 +340,7 @@ def test_gpu_scatter_sort_kernel_takes_any_pool(monkeypatch, blocks):
             inp = _ids(kind, 16, 1024, 50257, rng)
             got = gpu_buckets.build_bucket_table_gpu(cupy.asarray(inp), 768, bfloat16, 50257,
                                                      route="scatter").to_host()
-            assert _same_table(got, buckets.build_bucket_table(inp, 768, bfloat16)), kind
+            assert buckets.same_table(got, buckets.build_bucket_table(inp, 768, bfloat16)), kind
     finally:
         gpu_buckets.release_workspaces()
 
@@ -363,7 +359,7 @@ def test_gpu_scatter_route_one_graph_per_dtype():
         for dtype, C in ((bfloat16, 256), (bfloat16, 256), (np.float32, 128), (np.float32, 128), (np.float32, 128)):
             inp = _ids("zipf", 2, 500, 700, rng)
             got = gpu_buckets.build_bucket_table_gpu(cupy.asarray(inp), C, dtype, 700, route="scatter").to_host()
-            assert _same_table(got, buckets.build_bucket_table(inp, C, dtype))
+            assert buckets.same_table(got, buckets.build_bucket_table(inp, C, dtype))
         assert len(gpu_buckets._workspaces) == 2
     finally:
         gpu_buckets.release_workspaces()

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gpt2enc_edu as enc
-from gpt2enc_edu import compare, layout, loader, mirror
+from gpt2enc_edu import buckets, compare, layout, loader, mirror
 from gpt2enc_edu import mirror_bucketing as twin
 from gpt2enc_edu.layout import CHUNK_ITEMS, c_per_group, ceil_div, num_c_groups
 from gpt2enc_edu.problems import random_problem
@@ -29,10 +29,6 @@ def _ids(kind, B, T, V, rng):
     if kind == "distinct":
         return rng.permutation(V).astype(np.int32).reshape(B, T)
     return make_ids(kind, B, T, V=V, seed=rng)
-
-
-def _same_table(a, b) -> bool:
-    return all(np.array_equal(getattr(a, f), getattr(b, f)) for f in ("info", "bt_list", "units"))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -156,15 +152,16 @@ BUCKETING_CASES = [  # (B, T, V, ids)
 def test_bucketing_twin_equals_make_buckets(rng, case, dtype, C, num_blocks):
     B, T, V, ids = case
     inp = _ids(ids, B, T, V, rng)
-    assert _same_table(twin.bucketing_kernel(inp, C, dtype, V, num_blocks=num_blocks), enc.make_buckets(inp, C, dtype))
+    table = twin.bucketing_kernel(inp, C, dtype, V, num_blocks=num_blocks)
+    assert buckets.same_table(table, enc.make_buckets(inp, C, dtype))
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(1, 400), st.integers(1, 300), st.integers(1, 9), st.integers(0, 2**32 - 1))
 def test_bucketing_twin_equals_make_buckets_property(BT, V, num_blocks, seed):
     inp = np.random.default_rng(seed).integers(0, V, (1, BT)).astype(np.int32)
-    assert _same_table(twin.bucketing_kernel(inp, 264, bfloat16, V, num_blocks=num_blocks),
-                       enc.make_buckets(inp, 264, bfloat16))
+    assert buckets.same_table(twin.bucketing_kernel(inp, 264, bfloat16, V, num_blocks=num_blocks),
+                              enc.make_buckets(inp, 264, bfloat16))
 
 
 @pytest.mark.parametrize("reversed_", [False, True])
@@ -297,7 +294,7 @@ def test_gpu_bucketing_kernel_equals_its_twin(rng, dtype, case):
     inp = _ids(ids, B, T, V, rng)
     BT, groups = B * T, num_c_groups(C, dtype)
     g_inp = cupy.asarray(inp)
-    assert _same_table(twin.bucketing_kernel(inp, C, dtype, V), enc.make_buckets(g_inp, C, dtype, V=V).to_host())
+    assert buckets.same_table(twin.bucketing_kernel(inp, C, dtype, V), enc.make_buckets(g_inp, C, dtype, V=V).to_host())
 
     sms = loader.device_facts().sm_count
     kernel = loader.get_kernel("bucketing.cu", "bucketing_kernel", dtype)
