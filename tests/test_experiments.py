@@ -1,0 +1,66 @@
+"""The prepared experiments in scripts/experiments/ stay buildable: their kernels compile with nvcc (the sizes the probe
+passes, both storage dtypes, the architectures they are for) and their probes start (``--help``), so that a session
+with a GPU can run them as they are. What they measure is only known from a GPU run (docs/performance.md)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_kernels_compile import NVCC  # tests/ is on sys.path (pytest prepends it)
+
+from gpt2enc_edu.loader import kernel_dir
+
+EXPERIMENTS = Path(__file__).resolve().parent.parent / "scripts" / "experiments"
+PROBE = EXPERIMENTS / "probe_wpe_bulk_copy.py"
+
+
+def _probe_forms():
+    """The probe's FORMS, read from its module (importing it needs no GPU)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("probe_wpe_bulk_copy", PROBE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_call_forms_are_timed_forms():
+    probe = _probe_forms()
+    assert set(probe.CALL_FORMS) <= set(probe.FORMS)
+    assert len({probe.form_name(f) for f in probe.FORMS}) == len(probe.FORMS)  # the labels tell the forms apart
+
+
+def _builds():
+    """(form, arch) pairs: the bulk form is for sm_90 (its body is empty below), the cp.async form for sm_80 on."""
+    probe = _probe_forms()
+    return [pytest.param(form, arch, id=f"{probe.form_name(form)}-{arch}") for form in probe.FORMS
+            for arch in (("sm_90",) if form[0] == "bulk" else ("sm_80", "sm_90"))]
+
+
+@pytest.mark.parametrize("dtype_flag", ["", "-DENC_FP32"], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("form, arch", _builds())
+def test_experiment_kernel_compiles(tmp_path, form, arch, dtype_flag):
+    if NVCC is None:
+        if os.environ.get("CI"):
+            pytest.fail("nvcc not found, but CI must compile every kernel")
+        pytest.skip("nvcc not found")
+    kernel, threads, stages, evict_first = form
+    prefix = "BULK" if kernel == "bulk" else "CPASYNC"
+    cmd = [NVCC, f"-arch={arch}", "-std=c++17", "-Werror", "all-warnings", f"-I{kernel_dir()}",
+           f"-D{prefix}_THREADS={threads}", f"-D{prefix}_STAGES={stages}", f"-DBULK_EVICT_FIRST={evict_first}",
+           "-c", str(EXPERIMENTS / "wpe_bulk_copy.cu"), "-o", str(tmp_path / "k.o")]
+    if dtype_flag:
+        cmd.insert(1, dtype_flag)
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_probe_starts():
+    result = subprocess.run([sys.executable, str(PROBE), "--help"], capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(PROBE.parent.parent.parent)})
+    assert result.returncode == 0, result.stderr
+    assert "--out" in result.stdout
