@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Style checks, run by scripts/test.sh: ruff over the Python (pyproject.toml [tool.ruff], line length 120) and
-# clang-format over kernels/ (.clang-format). Each runs only where it is installed (the `test` extra installs
-# both), and says so where it is not. Fix with:  ruff check --fix .  and  clang-format -i kernels/*.cu kernels/*.cuh
+# clang-format over the CUDA of kernels/ and scripts/experiments/ (.clang-format). Each runs only where it is
+# installed (the `test` extra installs both), and says so where it is not. Fix with:  ruff check --fix .  and
+#   clang-format -i kernels/*.cu kernels/*.cuh scripts/experiments/*.cu
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-$(dirname "${PY:-.venv/bin/python}")}
@@ -21,7 +22,7 @@ fi
 clang_format=$(find_tool clang-format)
 if [ -z "$clang_format" ]; then
   echo "clang-format: not installed, skipped"
-elif "$clang_format" --dry-run -Werror kernels/*.cu kernels/*.cuh; then
+elif "$clang_format" --dry-run -Werror kernels/*.cu kernels/*.cuh scripts/experiments/*.cu; then
   echo "clang-format: ok"
 else
   echo "clang-format: failed"

@@ -20,7 +20,8 @@
 //                       block = BULK_THREADS + 32, dynamic shared memory = BULK_STAGES * BULK_THREADS * 16 bytes.
 //   wpe_cpasync_kernel  the same sums with each thread's own pipeline: thread i takes packs i, i + (the grid's
 //                       threads), ... and for each the B rows, CPASYNC_STAGES 16-byte cp.async copies in flight
-//                       into its own slots (no barrier: a thread reads only what it copied). This asks the same
+//                       into its own slots (a thread reads only what it copied: no block barrier, one __syncwarp
+//                       per job so that a slot's read ends before its next copy). This asks the same
 //                       load path as the package's kernel, with no register held per copy: it tells whether the
 //                       registers or the path set the per-SM rate.
 //                       block = CPASYNC_THREADS, dynamic shared memory = CPASYNC_STAGES * CPASYNC_THREADS * 16 bytes.
@@ -163,32 +164,44 @@ extern "C" __global__ void __launch_bounds__(CPASYNC_THREADS)
     int packs = T * C / x128::size;
     int stride = (int)gridDim.x * CPASYNC_THREADS;
     int first = (int)blockIdx.x * CPASYNC_THREADS + (int)threadIdx.x;
-    int my_packs = first < packs ? CEIL_DIV(packs - first, stride) : 0;
-    int jobs = my_packs * B;  // job j: pack first + (j / B) * stride, plane j % B
+    // Round r: pack first + r * stride. The lanes of a warp walk the same number of rounds (their lane 0's, the
+    // most), so that all of them reach the __syncwarp below; a lane whose pack is past the end only counts along.
+    int warp_first = first - (int)(threadIdx.x % WARP_SIZE);
+    int rounds = warp_first < packs ? CEIL_DIV(packs - warp_first, stride) : 0;
+    int jobs = rounds * B;  // job j: round j / B, plane j % B
     x128* mine = stage + threadIdx.x;
     for (int j = 0; j < CPASYNC_STAGES; j++) {
-        if (j < jobs) {
-            copy16_async(mine + j * CPASYNC_THREADS,
-                         dout + (size_t)(j % B) * T * C + (size_t)(first + (j / B) * stride) * x128::size);
+        int pack = first + (j / B) * stride;
+        if (j < jobs && pack < packs) {
+            copy16_async(mine + j * CPASYNC_THREADS, dout + (size_t)(j % B) * T * C + (size_t)pack * x128::size);
         }
         commit_async_copies();  // a group per job, empty ones too, so that "all but STAGES - 1" means job j
     }
     float accum[x128::size];
     for (int k = 0; k < x128::size; k++) { accum[k] = 0.0f; }
     for (int j = 0; j < jobs; j++) {
+        int pack = first + (j / B) * stride;
         wait_async_copies_but<CPASYNC_STAGES - 1>();  // job j's group has landed
-        x128 packed_dout = mine[(j % CPASYNC_STAGES) * CPASYNC_THREADS];
-        for (int k = 0; k < x128::size; k++) { accum[k] += (float)packed_dout[k]; }
-        // The adds waited for the read, so the slot may be refilled now (this thread is its only reader).
+        if (pack < packs) {
+            x128 packed_dout = mine[(j % CPASYNC_STAGES) * CPASYNC_THREADS];
+            for (int k = 0; k < x128::size; k++) { accum[k] += (float)packed_dout[k]; }
+        }
+        // cp.async is not ordered with this thread's other shared-memory accesses: the read above must be complete
+        // before the copy below overwrites its slot (as in the chunk kernel's staged form).
+        __syncwarp();
         int next = j + CPASYNC_STAGES;
-        if (next < jobs) {
+        int next_pack = first + (next / B) * stride;
+        if (next < jobs && next_pack < packs) {
             copy16_async(mine + (next % CPASYNC_STAGES) * CPASYNC_THREADS,
-                         dout + (size_t)(next % B) * T * C + (size_t)(first + (next / B) * stride) * x128::size);
+                         dout + (size_t)(next % B) * T * C + (size_t)next_pack * x128::size);
         }
         commit_async_copies();
         if (j % B == B - 1) {
-            int idx = (first + (j / B) * stride) * x128::size;
-            store_rounded_sum128(dwpe + idx, load128(dwpe + idx), accum, (unsigned int)idx, NOISE_STREAM_DWPE, seed);
+            if (pack < packs) {
+                int idx = pack * x128::size;
+                store_rounded_sum128(dwpe + idx, load128(dwpe + idx), accum, (unsigned int)idx, NOISE_STREAM_DWPE,
+                                     seed);
+            }
             for (int k = 0; k < x128::size; k++) { accum[k] = 0.0f; }
         }
     }
