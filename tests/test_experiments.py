@@ -15,17 +15,34 @@ from test_kernels_compile import NVCC  # tests/ is on sys.path (pytest prepends 
 from gpt2enc_edu.loader import kernel_dir
 
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "scripts" / "experiments"
-PROBE = EXPERIMENTS / "probe_wpe_bulk_copy.py"
+PROBES = sorted(p for p in EXPERIMENTS.glob("probe_*.py") if p.name != "probe_common.py")  # the scripts
+WPE_PROBE = EXPERIMENTS / "probe_wpe_bulk_copy.py"
 
 
 def _probe_forms():
-    """The probe's FORMS, read from its module (importing it needs no GPU)."""
+    """The wpe probe's module, for its FORMS (importing it needs no GPU; it imports probe_common by name, as it does
+    when it runs as a script from its folder)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("probe_wpe_bulk_copy", PROBE)
+    if str(EXPERIMENTS) not in sys.path:
+        sys.path.insert(0, str(EXPERIMENTS))
+    spec = importlib.util.spec_from_file_location("probe_wpe_bulk_copy", WPE_PROBE)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _nvcc(tmp_path, source: Path, arch: str, dtype_flag: str, *defines: str):
+    """nvcc -c of one experiment file with the package's kernel folder on the include path (as NVRTC gets it)."""
+    if NVCC is None:
+        if os.environ.get("CI"):
+            pytest.fail("nvcc not found, but CI must compile every kernel")
+        pytest.skip("nvcc not found")
+    cmd = [NVCC, f"-arch={arch}", "-std=c++17", "-Werror", "all-warnings", f"-I{kernel_dir()}", *defines, "-c",
+           str(source), "-o", str(tmp_path / "k.o")]
+    if dtype_flag:
+        cmd.insert(1, dtype_flag)
+    return subprocess.run(cmd, capture_output=True, text=True)
 
 
 def test_call_forms_are_timed_forms():
@@ -43,24 +60,24 @@ def _builds():
 
 @pytest.mark.parametrize("dtype_flag", ["", "-DENC_FP32"], ids=["bf16", "fp32"])
 @pytest.mark.parametrize("form, arch", _builds())
-def test_experiment_kernel_compiles(tmp_path, form, arch, dtype_flag):
-    if NVCC is None:
-        if os.environ.get("CI"):
-            pytest.fail("nvcc not found, but CI must compile every kernel")
-        pytest.skip("nvcc not found")
+def test_wpe_form_compiles(tmp_path, form, arch, dtype_flag):
     kernel, threads, stages, evict_first = form
     prefix = "BULK" if kernel == "bulk" else "CPASYNC"
-    cmd = [NVCC, f"-arch={arch}", "-std=c++17", "-Werror", "all-warnings", f"-I{kernel_dir()}",
-           f"-D{prefix}_THREADS={threads}", f"-D{prefix}_STAGES={stages}", f"-DBULK_EVICT_FIRST={evict_first}",
-           "-c", str(EXPERIMENTS / "wpe_bulk_copy.cu"), "-o", str(tmp_path / "k.o")]
-    if dtype_flag:
-        cmd.insert(1, dtype_flag)
-    result = subprocess.run(cmd, capture_output=True, text=True)
+    result = _nvcc(tmp_path, EXPERIMENTS / "wpe_bulk_copy.cu", arch, dtype_flag, f"-D{prefix}_THREADS={threads}",
+                   f"-D{prefix}_STAGES={stages}", f"-DBULK_EVICT_FIRST={evict_first}")
     assert result.returncode == 0, result.stderr
 
 
-def test_probe_starts():
-    result = subprocess.run([sys.executable, str(PROBE), "--help"], capture_output=True, text=True,
-                            env={**os.environ, "PYTHONPATH": str(PROBE.parent.parent.parent)})
+@pytest.mark.parametrize("arch", ["sm_75", "sm_80", "sm_90"])  # wherever the package's chunk kernel compiles
+@pytest.mark.parametrize("dtype_flag", ["", "-DENC_FP32"], ids=["bf16", "fp32"])
+def test_chunk_groups_side_by_side_compiles(tmp_path, arch, dtype_flag):
+    result = _nvcc(tmp_path, EXPERIMENTS / "chunk_groups_side_by_side.cu", arch, dtype_flag)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("probe", PROBES, ids=lambda p: p.stem)
+def test_probe_starts(probe):
+    result = subprocess.run([sys.executable, str(probe), "--help"], capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(EXPERIMENTS.parent.parent)})
     assert result.returncode == 0, result.stderr
     assert "--out" in result.stdout

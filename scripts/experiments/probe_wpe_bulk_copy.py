@@ -33,6 +33,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from probe_common import bench_session, call_bits_equal, interleaved_times, replaced, same_bits, spread
 
 import gpt2enc_edu.cuda as package_cuda
 from gpt2enc_edu.layout import ceil_div, pack_size, wpe_blocks_beside_table
@@ -101,11 +102,6 @@ def replacement(form, beside_table: str):
     return wpe
 
 
-def same_bits(a, b) -> bool:
-    cp = cupy_module()
-    return bool(cp.array_equal(a.view(cp.uint8), b.view(cp.uint8)))
-
-
 def check_bits(rng) -> list[str]:
     """Every form, dtype, shape and grid against the package's kernel; the failures' descriptions."""
     cp = cupy_module()
@@ -126,20 +122,9 @@ def check_bits(rng) -> list[str]:
     return failures
 
 
-def check_call(w, form, beside_table: str) -> bool:
-    """The chunked backward with the form in place against the package's call: dwte and dwpe, bit for bit."""
-    from gpt2enc_edu.encoder import encoder_backward
-
-    results = []
-    for wpe in (PACKAGE_WPE, replacement(form, beside_table)):
-        package_cuda.encoder_backward_wpe = wpe
-        try:
-            dwte, dwpe = w.dwte.copy(), w.dwpe.copy()
-            encoder_backward(dwte, dwpe, w.dout, w.inp, seed=5, method="chunked", bucketing="gpu")
-            results.append((dwte, dwpe))
-        finally:
-            package_cuda.encoder_backward_wpe = PACKAGE_WPE
-    return all(same_bits(a, b) for a, b in zip(*results))
+def swap_in(form, beside_table: str):
+    """A swap for ``probe_common``: the form in place of the package's wpe kernel."""
+    return lambda: replaced(package_cuda, "encoder_backward_wpe", replacement(form, beside_table))
 
 
 def main(argv=None) -> int:
@@ -147,9 +132,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--repeats", type=int, default=50)
     args = parser.parse_args(argv)
-    cp = cupy_module()
-    from gpt2enc_edu.bench.cases import CASES_BY_NAME
-    from gpt2enc_edu.bench.run import BenchConfig, make_workload, start_session, time_case
+    from gpt2enc_edu.bench.run import make_workload
 
     record: dict = {"forms": [form_name(f) for f in runnable(FORMS)], "bits": [], "alone": [], "call": []}
     skipped = [form_name(f) for f in FORMS if f not in runnable(FORMS)]
@@ -160,6 +143,7 @@ def main(argv=None) -> int:
     def save():
         (args.out / "probe.json").write_text(json.dumps(record, indent=1))
 
+    # 1. Bits, before any timing.
     failures = check_bits(np.random.default_rng(1))
     record["bits"] = failures
     print(f"bits: {'ok' if not failures else 'FAIL'} ({len(failures)} mismatches)", *failures, sep="\n  ", flush=True)
@@ -167,31 +151,26 @@ def main(argv=None) -> int:
     if failures:
         return 1
 
-    config = BenchConfig(batch_sizes=(8, 32, 64), cases=("wpe_kernel", "chunked_gpu", "chunked_ahead"),
-                         repeats=args.repeats, warmup=5, use_torch=False)
-    s = start_session(cp, config, None, "")
+    s, config = bench_session((8, 32, 64), ("wpe_kernel", "chunked_gpu", "chunked_ahead"), args.repeats)
     sms = device_facts().sm_count
     narrow = wpe_blocks_beside_table(sms)
     record["copy_rate_GBps"] = s.copy_rate / 1e9
     print(f"copy rate {s.copy_rate / 1e9:.0f} GB/s, {sms} SMs, beside the table {narrow} blocks", flush=True)
 
-    # 2. Alone: the wpe case of the bench with the kernel swapped in (it calls cuda.encoder_backward_wpe, no blocks).
-    wpe_case = CASES_BY_NAME["wpe_kernel"]
+    # 2. Alone: the bench's wpe case (it calls cuda.encoder_backward_wpe without blocks) with a fixed grid swapped in.
     for B in (8, 64):
         w = make_workload(s, config, "uniform", B)
-        runs = [("package", None, None), ("package", narrow, None), ("package", sms, None)]
-        runs += [(form_name(f), g, f) for f in runnable(FORMS) for g in (None, narrow, sms)]
+        runs = [("package", grid, None) for grid in (None, narrow, sms)]
+        runs += [(form_name(f), grid, f) for f in runnable(FORMS) for grid in (None, narrow, sms)]
         for label, grid, form in runs:
-            def swapped(dwpe, dout, B_, T, C, seed, *, blocks=None, grid=grid, form=form):
+            def fixed_grid(dwpe, dout, B_, T, C, seed, *, blocks=None, grid=grid, form=form):
                 if form is None:
                     PACKAGE_WPE(dwpe, dout, B_, T, C, seed, blocks=grid)
                 else:
                     launch_form(form, dwpe, dout, B_, T, C, seed, grid or full_grid(form, T, C, dout.dtype))
-            package_cuda.encoder_backward_wpe = swapped
-            try:
-                us = time_case(s, config, wpe_case, w)["median_us"]
-            finally:
-                package_cuda.encoder_backward_wpe = PACKAGE_WPE
+            times = interleaved_times(s, config, "wpe_kernel", w, [
+                (label, lambda fn=fixed_grid: replaced(package_cuda, "encoder_backward_wpe", fn))], rounds=1)
+            us = times[label][0]
             blocks = grid or (full_grid(form, w.T, w.C, w.dout.dtype) if form else
                               ceil_div(w.T * w.C // pack_size(w.dout.dtype), package_cuda.WPE_BLOCK_SIZE))
             gbps = w.dout.nbytes / (us * 1e-6) / 1e9
@@ -200,33 +179,24 @@ def main(argv=None) -> int:
                   f"({gbps / min(blocks, sms):5.1f} per SM it holds)", flush=True)
     save()
 
-    # 3. In the call, checked first, then two interleaved rounds.
+    # 3. In the call: each variant's bits against the package's call first, then two interleaved rounds.
     variants = [("package", None)]
-    places = ("given", "sm", "full")
-    variants += [(f"{form_name(f)} beside={where}", (f, where)) for f in runnable(CALL_FORMS) for where in places]
+    variants += [(f"{form_name(f)} beside={where}", swap_in(f, where)) for f in runnable(CALL_FORMS)
+                 for where in ("given", "sm", "full")]
     for B in (8, 32, 64):
         for kind in ("uniform", "zipf", "real"):
             w = make_workload(s, config, kind, B)
-            for label, spec in variants[1:]:
-                if not check_call(w, *spec):
+            for label, swap in variants[1:]:
+                if not call_bits_equal(w, swap):
                     print(f"call bits FAIL: {label} B={B} {kind}", flush=True)
                     record["call_bits_fail"] = f"{label} B={B} {kind}"
                     save()
                     return 1
             for case_name in ("chunked_gpu", "chunked_ahead"):
-                times: dict = {}
-                for _round in range(2):
-                    for label, spec in variants:
-                        package_cuda.encoder_backward_wpe = PACKAGE_WPE if spec is None else replacement(*spec)
-                        try:
-                            row = time_case(s, config, CASES_BY_NAME[case_name], w)
-                            times.setdefault(label, []).append(row["median_us"])
-                        finally:
-                            package_cuda.encoder_backward_wpe = PACKAGE_WPE
+                times = interleaved_times(s, config, case_name, w, variants)
                 for label, us in times.items():
                     record["call"].append(dict(case=case_name, B=B, ids=kind, variant=label, us=us))
-                print(f"{case_name:13s} B={B:<3d} {kind:8s} " +
-                      " | ".join(f"{label} {min(us):.1f}-{max(us):.1f}" for label, us in times.items()), flush=True)
+                print(f"{case_name:13s} B={B:<3d} {kind:8s} {spread(times)}", flush=True)
             save()
     print(f"written {args.out / 'probe.json'}")
     return 0

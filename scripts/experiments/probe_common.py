@@ -1,0 +1,74 @@
+"""What the experiment probes in this folder share: a function swapped for one call, bit comparison, a bench
+session and interleaved timings of package calls with and without a swap.
+
+The probes run as scripts (``python3 scripts/experiments/probe_<name>.py``), so this folder is first on their path
+and they import this module by name.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager, nullcontext
+from typing import Callable
+
+from gpt2enc_edu.loader import cupy_module
+
+
+@contextmanager
+def replaced(module, name: str, value):
+    """``module.name`` is ``value`` inside the block (the package looks its functions up at call time)."""
+    old = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, old)
+
+
+def same_bits(a, b) -> bool:
+    """Whether two device arrays hold the same bytes (NaNs compare as their bits)."""
+    cp = cupy_module()
+    return a.shape == b.shape and a.dtype == b.dtype and bool(cp.array_equal(a.view(cp.uint8), b.view(cp.uint8)))
+
+
+def bench_session(batch_sizes: tuple[int, ...], cases: tuple[str, ...], repeats: int):
+    """The bench's session (copy rate, arrays) and configuration for these batch sizes and cases, without torch."""
+    from gpt2enc_edu.bench.run import BenchConfig, start_session
+
+    config = BenchConfig(batch_sizes=batch_sizes, cases=cases, repeats=repeats, warmup=5, use_torch=False)
+    return start_session(cupy_module(), config, None, ""), config
+
+
+def interleaved_times(s, config, case_name: str, w, variants: list[tuple[str, Callable | None]],
+                      rounds: int = 2) -> dict[str, list[float]]:
+    """Median µs of the bench case ``case_name`` on workload ``w`` for each variant, the variants taken in turn,
+    ``rounds`` times. A variant is (label, None) for the package as it is, or (label, swap), where ``swap()`` returns
+    the context manager that puts the variant in place."""
+    from gpt2enc_edu.bench.cases import CASES_BY_NAME
+    from gpt2enc_edu.bench.run import time_case
+
+    times: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        for label, swap in variants:
+            with nullcontext() if swap is None else swap():
+                times.setdefault(label, []).append(time_case(s, config, CASES_BY_NAME[case_name], w)["median_us"])
+    return times
+
+
+def spread(times: dict[str, list[float]]) -> str:
+    """One line: each variant's fastest and slowest median."""
+    return " | ".join(f"{label} {min(us):.1f}-{max(us):.1f}" for label, us in times.items())
+
+
+def call_bits_equal(w, swap: Callable, **options) -> bool:
+    """``encoder_backward`` on workload ``w`` (the chunked method with the table built on the GPU, unless ``options``
+    say otherwise) with the package as it is and with ``swap()`` in place: whether dwte and dwpe agree bit for bit."""
+    from gpt2enc_edu.encoder import encoder_backward
+
+    options = {"method": "chunked", "bucketing": "gpu", **options}
+    results = []
+    for context in (nullcontext, swap):
+        with context():
+            dwte, dwpe = w.dwte.copy(), w.dwpe.copy()
+            encoder_backward(dwte, dwpe, w.dout, w.inp, seed=5, **options)
+            results.append((dwte, dwpe))
+    return all(same_bits(a, b) for a, b in zip(*results))
