@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from test_kernels_compile import NVCC  # tests/ is on sys.path (pytest prepends it)
 
+from gpt2enc_edu.backend import gpu_status
 from gpt2enc_edu.loader import kernel_dir
 
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "scripts" / "experiments"
@@ -81,3 +82,16 @@ def test_probe_starts(probe):
                             env={**os.environ, "PYTHONPATH": str(EXPERIMENTS.parent.parent)})
     assert result.returncode == 0, result.stderr
     assert "--out" in result.stdout
+
+
+@pytest.mark.parametrize("probe", PROBES, ids=lambda p: p.stem)
+def test_probe_without_gpu_says_so(probe, tmp_path):
+    """Without a GPU a probe exits with status 2 and one line saying why, and writes nothing."""
+    if gpu_status().name == "cuda":
+        pytest.skip("a GPU is here: the probe would run")
+    out = tmp_path / "out"
+    result = subprocess.run([sys.executable, str(probe), "--out", str(out)], capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(EXPERIMENTS.parent.parent)})
+    assert result.returncode == 2, result.stderr
+    assert "needs a CUDA GPU" in result.stderr and "Traceback" not in result.stderr
+    assert not out.exists()

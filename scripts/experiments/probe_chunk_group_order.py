@@ -27,12 +27,20 @@ GPU tests, sanitizer cases and a bench run); the mirror would not change.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
-from probe_common import bench_session, call_bits_equal, interleaved_times, replaced, same_bits, spread
+from probe_common import (
+    ProbeRecord,
+    bench_session,
+    call_bits_equal,
+    interleaved_times,
+    replaced,
+    require_gpu,
+    same_bits,
+    spread,
+)
 
 import gpt2enc_edu.cuda as package_cuda
 from gpt2enc_edu.encoder import make_buckets
@@ -103,24 +111,16 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--repeats", type=int, default=50)
     args = parser.parse_args(argv)
+    require_gpu("probe_chunk_group_order")
     from gpt2enc_edu.bench.run import make_workload
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    record: dict = {"bits": [], "times": []}
-
-    def save():
-        (args.out / "probe.json").write_text(json.dumps(record, indent=1))
-
-    failures = check_bits(np.random.default_rng(2))
-    record["bits"] = failures
-    print(f"bits: {'ok' if not failures else 'FAIL'} ({len(failures)} mismatches)", *failures, sep="\n  ", flush=True)
-    save()
-    if failures:
+    record = ProbeRecord(args.out, times=[])
+    if not record.bits(check_bits(np.random.default_rng(2))):
         return 1
 
     cases = ("wte_chunked_kernel", "chunked_gpu", "chunked_ahead")
     s, config = bench_session((8, 32, 64), cases, args.repeats)
-    record["copy_rate_GBps"] = s.copy_rate / 1e9
+    record.data["copy_rate_GBps"] = s.copy_rate / 1e9
     print(f"copy rate {s.copy_rate / 1e9:.0f} GB/s", flush=True)
     variants = [("package", None), ("groups side by side", swap)]
     for B in (8, 32, 64):
@@ -128,14 +128,14 @@ def main(argv=None) -> int:
             w = make_workload(s, config, kind, B)
             if not call_bits_equal(w, swap):
                 print(f"call bits FAIL: B={B} {kind}", flush=True)
-                record["call_bits_fail"] = f"B={B} {kind}"
-                save()
+                record.data["call_bits_fail"] = f"B={B} {kind}"
+                record.save()
                 return 1
             for case_name in cases:
                 times = interleaved_times(s, config, case_name, w, variants)
-                record["times"].append(dict(case=case_name, B=B, ids=kind, us=times))
+                record.data["times"].append(dict(case=case_name, B=B, ids=kind, us=times))
                 print(f"{case_name:18s} B={B:<3d} {kind:8s} {spread(times)}", flush=True)
-            save()
+            record.save()
     print(f"written {args.out / 'probe.json'}")
     return 0
 

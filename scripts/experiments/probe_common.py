@@ -7,10 +7,25 @@ and they import this module by name.
 
 from __future__ import annotations
 
+import json
+import sys
 from contextlib import contextmanager, nullcontext
+from pathlib import Path
 from typing import Callable
 
+from gpt2enc_edu.backend import gpu_status
 from gpt2enc_edu.loader import cupy_module
+
+#: The exit status of a probe started where the CUDA backend cannot run (a probe measures nothing without a GPU).
+NO_GPU_EXIT = 2
+
+
+def require_gpu(probe: str) -> None:
+    """Exit with ``NO_GPU_EXIT`` and one line saying why, unless the CUDA backend can run here."""
+    status = gpu_status()
+    if status.name != "cuda":
+        print(f"{probe} needs a CUDA GPU and measures nothing without one: {status.reason}", file=sys.stderr)
+        sys.exit(NO_GPU_EXIT)
 
 
 @contextmanager
@@ -22,6 +37,28 @@ def replaced(module, name: str, value):
         yield
     finally:
         setattr(module, name, old)
+
+
+class ProbeRecord:
+    """What a probe found, in ``<out>/probe.json``, written again after every step (so a probe stopped by its timeout
+    leaves what it had). ``data`` starts as ``fields`` and an empty list of bit-check failures."""
+
+    def __init__(self, out: Path, **fields):
+        out.mkdir(parents=True, exist_ok=True)
+        self.path = out / "probe.json"
+        self.data: dict = {"bits": [], **fields}
+        self.save()
+
+    def save(self) -> None:
+        self.path.write_text(json.dumps(self.data, indent=1))
+
+    def bits(self, failures: list[str]) -> bool:
+        """Record and print a bit check's failures; whether there were none (a probe times nothing otherwise)."""
+        self.data["bits"] = failures
+        print(f"bits: {'ok' if not failures else 'FAIL'} ({len(failures)} mismatches)", *failures, sep="\n  ",
+              flush=True)
+        self.save()
+        return not failures
 
 
 def same_bits(a, b) -> bool:

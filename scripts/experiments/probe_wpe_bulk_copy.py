@@ -28,12 +28,20 @@ the sanitizers and the bench, as the chunk kernel's staged form did.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
-from probe_common import bench_session, call_bits_equal, interleaved_times, replaced, same_bits, spread
+from probe_common import (
+    ProbeRecord,
+    bench_session,
+    call_bits_equal,
+    interleaved_times,
+    replaced,
+    require_gpu,
+    same_bits,
+    spread,
+)
 
 import gpt2enc_edu.cuda as package_cuda
 from gpt2enc_edu.layout import ceil_div, pack_size, wpe_blocks_beside_table
@@ -132,29 +140,21 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--repeats", type=int, default=50)
     args = parser.parse_args(argv)
+    require_gpu("probe_wpe_bulk_copy")
     from gpt2enc_edu.bench.run import make_workload
 
-    record: dict = {"forms": [form_name(f) for f in runnable(FORMS)], "bits": [], "alone": [], "call": []}
+    record = ProbeRecord(args.out, forms=[form_name(f) for f in runnable(FORMS)], alone=[], call=[])
     skipped = [form_name(f) for f in FORMS if f not in runnable(FORMS)]
     if skipped:
         print(f"skipped on compute capability {device_facts().compute_capability}: {', '.join(skipped)}")
-    args.out.mkdir(parents=True, exist_ok=True)
-
-    def save():
-        (args.out / "probe.json").write_text(json.dumps(record, indent=1))
-
     # 1. Bits, before any timing.
-    failures = check_bits(np.random.default_rng(1))
-    record["bits"] = failures
-    print(f"bits: {'ok' if not failures else 'FAIL'} ({len(failures)} mismatches)", *failures, sep="\n  ", flush=True)
-    save()
-    if failures:
+    if not record.bits(check_bits(np.random.default_rng(1))):
         return 1
 
     s, config = bench_session((8, 32, 64), ("wpe_kernel", "chunked_gpu", "chunked_ahead"), args.repeats)
     sms = device_facts().sm_count
     narrow = wpe_blocks_beside_table(sms)
-    record["copy_rate_GBps"] = s.copy_rate / 1e9
+    record.data["copy_rate_GBps"] = s.copy_rate / 1e9
     print(f"copy rate {s.copy_rate / 1e9:.0f} GB/s, {sms} SMs, beside the table {narrow} blocks", flush=True)
 
     # 2. Alone: the bench's wpe case (it calls cuda.encoder_backward_wpe without blocks) with a fixed grid swapped in.
@@ -174,10 +174,10 @@ def main(argv=None) -> int:
             blocks = grid or (full_grid(form, w.T, w.C, w.dout.dtype) if form else
                               ceil_div(w.T * w.C // pack_size(w.dout.dtype), package_cuda.WPE_BLOCK_SIZE))
             gbps = w.dout.nbytes / (us * 1e-6) / 1e9
-            record["alone"].append(dict(B=B, form=label, blocks=blocks, us=us))
+            record.data["alone"].append(dict(B=B, form=label, blocks=blocks, us=us))
             print(f"alone B={B:<3d} {label:22s} {blocks:4d} blocks: {us:6.1f} us, {gbps:5.0f} GB/s of dout "
                   f"({gbps / min(blocks, sms):5.1f} per SM it holds)", flush=True)
-    save()
+    record.save()
 
     # 3. In the call: each variant's bits against the package's call first, then two interleaved rounds.
     variants = [("package", None)]
@@ -189,15 +189,15 @@ def main(argv=None) -> int:
             for label, swap in variants[1:]:
                 if not call_bits_equal(w, swap):
                     print(f"call bits FAIL: {label} B={B} {kind}", flush=True)
-                    record["call_bits_fail"] = f"{label} B={B} {kind}"
-                    save()
+                    record.data["call_bits_fail"] = f"{label} B={B} {kind}"
+                    record.save()
                     return 1
             for case_name in ("chunked_gpu", "chunked_ahead"):
                 times = interleaved_times(s, config, case_name, w, variants)
                 for label, us in times.items():
-                    record["call"].append(dict(case=case_name, B=B, ids=kind, variant=label, us=us))
+                    record.data["call"].append(dict(case=case_name, B=B, ids=kind, variant=label, us=us))
                 print(f"{case_name:13s} B={B:<3d} {kind:8s} {spread(times)}", flush=True)
-            save()
+            record.save()
     print(f"written {args.out / 'probe.json'}")
     return 0
 
