@@ -1,5 +1,6 @@
-"""What the experiment probes in this folder share: a function swapped for one call, bit comparison, a bench
-session and interleaved timings of package calls with and without a swap.
+"""What the experiment probes in this folder share: the GPU check at their start, the ``probe.json`` they keep, a
+function swapped for one call, bit comparison, a bench session, and interleaved timings of package calls with and
+without a swap.
 
 The probes run as scripts (``python3 scripts/experiments/probe_<name>.py``), so this folder is first on their path
 and they import this module by name.
