@@ -1,6 +1,7 @@
 """The prepared experiments in scripts/experiments/ stay buildable: their kernels compile with nvcc (the sizes the probe
-passes, both storage dtypes, the architectures they are for) and their probes start (``--help``), so that a session
-with a GPU can run them as they are. What they measure is only known from a GPU run (docs/performance.md)."""
+passes, both storage dtypes, the architectures they are for), their probes start (``--help``) and, without a GPU,
+exit saying why, so that a session with a GPU can run them as they are. What they measure is only known from a GPU
+run (docs/performance.md)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ PROBES = sorted(p for p in EXPERIMENTS.glob("probe_*.py") if p.name != "probe_co
 WPE_PROBE = EXPERIMENTS / "probe_wpe_bulk_copy.py"
 
 
-def _probe_forms():
+def _wpe_probe():
     """The wpe probe's module, for its FORMS (importing it needs no GPU; it imports probe_common by name, as it does
     when it runs as a script from its folder)."""
     import importlib.util
@@ -47,14 +48,14 @@ def _nvcc(tmp_path, source: Path, arch: str, dtype_flag: str, *defines: str):
 
 
 def test_call_forms_are_timed_forms():
-    probe = _probe_forms()
+    probe = _wpe_probe()
     assert set(probe.CALL_FORMS) <= set(probe.FORMS)
     assert len({probe.form_name(f) for f in probe.FORMS}) == len(probe.FORMS)  # the labels tell the forms apart
 
 
 def _builds():
     """(form, arch) pairs: the bulk form is for sm_90 (its body is empty below), the cp.async form for sm_80 on."""
-    probe = _probe_forms()
+    probe = _wpe_probe()
     return [pytest.param(form, arch, id=f"{probe.form_name(form)}-{arch}") for form in probe.FORMS
             for arch in (("sm_90",) if form[0] == "bulk" else ("sm_80", "sm_90"))]
 
