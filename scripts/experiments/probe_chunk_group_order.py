@@ -26,21 +26,12 @@ GPU tests, sanitizer cases and a bench run); the mirror would not change.
 
 from __future__ import annotations
 
-import argparse
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
-from probe_common import (
-    ProbeRecord,
-    bench_session,
-    call_bits_equal,
-    interleaved_times,
-    replaced,
-    require_gpu,
-    same_bits,
-    spread,
-)
+from probe_common import ProbeRecord, bench_session, compare_in_calls, probe_arguments, replaced, same_bits
 
 import gpt2enc_edu.cuda as package_cuda
 from gpt2enc_edu.encoder import make_buckets
@@ -92,14 +83,11 @@ def check_bits(rng) -> list[str]:
         p = random_problem(B, T, C, V, dtype=dtype, ids=ids, rng=rng).on(cp)
         table = make_buckets(p.inp, C, dtype, V=V)
         results = []
-        for context in (None, swap):
-            dwte = p.dwte.copy()
-            if context is None:
+        for context in (nullcontext, swap):
+            with context():
+                dwte = p.dwte.copy()
                 package_cuda.encoder_backward_wte_chunked(dwte, table, p.dout, C, 11, walk="registers")
-            else:
-                with context():
-                    package_cuda.encoder_backward_wte_chunked(dwte, table, p.dout, C, 11, walk="registers")
-            results.append(dwte)
+                results.append(dwte)
         if not same_bits(*results):
             failures.append(f"{np.dtype(dtype).name} B={B} T={T} C={C} V={V} {ids}")
     cp.cuda.runtime.deviceSynchronize()
@@ -107,36 +95,17 @@ def check_bits(rng) -> list[str]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--repeats", type=int, default=50)
-    args = parser.parse_args(argv)
-    require_gpu("probe_chunk_group_order")
-    from gpt2enc_edu.bench.run import make_workload
-
-    record = ProbeRecord(args.out, times=[])
+    args = probe_arguments(__doc__, "probe_chunk_group_order", argv)
+    record = ProbeRecord(args.out)
     if not record.bits(check_bits(np.random.default_rng(2))):
         return 1
-
     cases = ("wte_chunked_kernel", "chunked_gpu", "chunked_ahead")
     s, config = bench_session((8, 32, 64), cases, args.repeats)
     record.data["copy_rate_GBps"] = s.copy_rate / 1e9
     print(f"copy rate {s.copy_rate / 1e9:.0f} GB/s", flush=True)
-    variants = [("package", None), ("groups side by side", swap)]
-    for B in (8, 32, 64):
-        for kind in ("uniform", "zipf", "real"):
-            w = make_workload(s, config, kind, B)
-            if not call_bits_equal(w, swap):
-                print(f"call bits FAIL: B={B} {kind}", flush=True)
-                record.data["call_bits_fail"] = f"B={B} {kind}"
-                record.save()
-                return 1
-            for case_name in cases:
-                times = interleaved_times(s, config, case_name, w, variants)
-                record.data["times"].append(dict(case=case_name, B=B, ids=kind, us=times))
-                print(f"{case_name:18s} B={B:<3d} {kind:8s} {spread(times)}", flush=True)
-            record.save()
-    print(f"written {args.out / 'probe.json'}")
+    if not compare_in_calls(s, config, record, [("package", None), ("groups side by side", swap)], cases):
+        return 1
+    print(f"written {record.path}")
     return 0
 
 

@@ -8,6 +8,7 @@ and they import this module by name.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from contextlib import contextmanager, nullcontext
@@ -19,6 +20,16 @@ from gpt2enc_edu.loader import cupy_module
 
 #: The exit status of a probe started where the CUDA backend cannot run (a probe measures nothing without a GPU).
 NO_GPU_EXIT = 2
+
+
+def probe_arguments(doc: str, probe: str, argv=None) -> argparse.Namespace:
+    """A probe's command line (``--out``, ``--repeats``); then ``require_gpu``."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--repeats", type=int, default=50)
+    args = parser.parse_args(argv)
+    require_gpu(probe)
+    return args
 
 
 def require_gpu(probe: str) -> None:
@@ -110,3 +121,29 @@ def call_bits_equal(w, swap: Callable, **options) -> bool:
             encoder_backward(dwte, dwpe, w.dout, w.inp, seed=5, **options)
             results.append((dwte, dwpe))
     return all(same_bits(a, b) for a, b in zip(*results))
+
+
+def compare_in_calls(s, config, record: ProbeRecord, variants: list[tuple[str, Callable | None]],
+                     cases: tuple[str, ...], batch_sizes: tuple[int, ...] = (8, 32, 64)) -> bool:
+    """For each batch size and id kind: every swapped variant's ``call_bits_equal`` first, then each bench case's
+    ``interleaved_times``, into ``record.data["call"]`` (saved after each workload). False at the first mismatch,
+    which is recorded and timed no further."""
+    from gpt2enc_edu.bench.cases import ID_KINDS
+    from gpt2enc_edu.bench.run import make_workload
+
+    record.data.setdefault("call", [])
+    for B in batch_sizes:
+        for kind in ID_KINDS:
+            w = make_workload(s, config, kind, B)
+            for label, swap in variants:
+                if swap is not None and not call_bits_equal(w, swap):
+                    print(f"call bits FAIL: {label} B={B} {kind}", flush=True)
+                    record.data["call_bits_fail"] = f"{label} B={B} {kind}"
+                    record.save()
+                    return False
+            for case_name in cases:
+                times = interleaved_times(s, config, case_name, w, variants)
+                record.data["call"].append(dict(case=case_name, B=B, ids=kind, us=times))
+                print(f"{case_name:18s} B={B:<3d} {kind:8s} {spread(times)}", flush=True)
+            record.save()
+    return True

@@ -27,7 +27,6 @@ the sanitizers and the bench, as the chunk kernel's staged form did.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -35,12 +34,11 @@ import numpy as np
 from probe_common import (
     ProbeRecord,
     bench_session,
-    call_bits_equal,
+    compare_in_calls,
     interleaved_times,
+    probe_arguments,
     replaced,
-    require_gpu,
     same_bits,
-    spread,
 )
 
 import gpt2enc_edu.cuda as package_cuda
@@ -136,14 +134,10 @@ def swap_in(form, beside_table: str):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--repeats", type=int, default=50)
-    args = parser.parse_args(argv)
-    require_gpu("probe_wpe_bulk_copy")
+    args = probe_arguments(__doc__, "probe_wpe_bulk_copy", argv)
     from gpt2enc_edu.bench.run import make_workload
 
-    record = ProbeRecord(args.out, forms=[form_name(f) for f in runnable(FORMS)], alone=[], call=[])
+    record = ProbeRecord(args.out, forms=[form_name(f) for f in runnable(FORMS)], alone=[])
     skipped = [form_name(f) for f in FORMS if f not in runnable(FORMS)]
     if skipped:
         print(f"skipped on compute capability {device_facts().compute_capability}: {', '.join(skipped)}")
@@ -183,22 +177,9 @@ def main(argv=None) -> int:
     variants = [("package", None)]
     variants += [(f"{form_name(f)} beside={where}", swap_in(f, where)) for f in runnable(CALL_FORMS)
                  for where in ("given", "sm", "full")]
-    for B in (8, 32, 64):
-        for kind in ("uniform", "zipf", "real"):
-            w = make_workload(s, config, kind, B)
-            for label, swap in variants[1:]:
-                if not call_bits_equal(w, swap):
-                    print(f"call bits FAIL: {label} B={B} {kind}", flush=True)
-                    record.data["call_bits_fail"] = f"{label} B={B} {kind}"
-                    record.save()
-                    return 1
-            for case_name in ("chunked_gpu", "chunked_ahead"):
-                times = interleaved_times(s, config, case_name, w, variants)
-                for label, us in times.items():
-                    record.data["call"].append(dict(case=case_name, B=B, ids=kind, variant=label, us=us))
-                print(f"{case_name:13s} B={B:<3d} {kind:8s} {spread(times)}", flush=True)
-            record.save()
-    print(f"written {args.out / 'probe.json'}")
+    if not compare_in_calls(s, config, record, variants, ("chunked_gpu", "chunked_ahead")):
+        return 1
+    print(f"written {record.path}")
     return 0
 
 
