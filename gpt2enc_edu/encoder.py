@@ -93,8 +93,8 @@ def make_buckets(inp, C: int, dtype, *, V: int | None = None, check_ids: bool = 
     return build_bucket_table(inp, int(C), dtype)
 
 
-def encoder_backward(dwte, dwpe, dout, inp, *, seed, method: str = "chunked", bucketing: str = "auto",
-                     buckets=None, check_ids: bool = True) -> None:
+def encoder_backward(dwte, dwpe, dout, inp, *positional, seed=validate.SEED_REQUIRED, method: str = "chunked",
+                     bucketing: str = "auto", buckets=None, check_ids: bool = True) -> None:
     """Accumulate the encoder's gradients in place: ``dwte[inp[b,t]] += dout[b,t]``, ``dwpe[t] += dout[b,t]``.
 
     Parameters
@@ -103,7 +103,8 @@ def encoder_backward(dwte, dwpe, dout, inp, *, seed, method: str = "chunked", bu
     dwpe : (maxT, C) position-embedding gradient, updated in place (rows ``T..maxT`` untouched).
     dout : (B, T, C) gradient of the encoder's output, same dtype.
     inp : (B, T) int32 token ids.
-    seed : int in ``[0, 2**32)``, the stochastic-rounding seed (use a fresh one every step).
+    seed : int in ``[0, 2**32)``, the stochastic-rounding seed (use a fresh one every step); required, by name
+        (left out or passed by position, a ``TypeError`` says what it is for).
     method :
         ``"bucketed"`` deterministic, llm.c's scheme: wpe kernel + one block per bucket;
         ``"chunked"`` (the default) deterministic, fast and skew-proof: wpe kernel + one warp per 32-item
@@ -131,6 +132,7 @@ def encoder_backward(dwte, dwpe, dout, inp, *, seed, method: str = "chunked", bu
     Deterministic methods give bitwise reproducible results, identical on both backends. Calls from several
     threads that write the same memory run one after another; see ``docs/reliability.md``.
     """
+    validate.check_seed_given("encoder_backward", seed, positional)
     dims, seed = validate.backward_args(dwte, dwpe, dout, inp, seed, method, check_ids, bucketing)
     if buckets is not None:
         validate.check_buckets(buckets, dims, method, bucketing)

@@ -59,6 +59,32 @@ def check_seed(seed) -> int:
     return check_int("seed", seed, minimum=0, maximum=2**32 - 1)
 
 
+class _Required:
+    """The default of a keyword argument that must be given, so that leaving it out raises our own explanation
+    (``check_seed_given``) instead of Python's "missing 1 required keyword-only argument"."""
+
+    def __repr__(self) -> str:
+        return "<required>"
+
+
+#: ``encoder_backward``'s ``seed`` when the caller gave none.
+SEED_REQUIRED = _Required()
+
+SEED_PURPOSE = ("the seed keys the stochastic rounding of the bf16 gradients (an integer in [0, 2**32)); draw a "
+                "fresh one every step, e.g. seed=int(rng.integers(2**32)), so that rounding errors average out "
+                "over steps instead of repeating")
+
+
+def check_seed_given(function: str, seed, positional: tuple) -> None:
+    """``TypeError`` saying what the seed is for when ``seed=`` was left out or passed by position."""
+    if positional:
+        given = f"seed={positional[0]!r}" if len(positional) == 1 else "seed=... and the options by name"
+        raise TypeError(f"{function} takes 4 arguments by position (dwte, dwpe, dout, inp) and the rest by name: "
+                        f"pass {given}; {SEED_PURPOSE}")
+    if seed is SEED_REQUIRED:
+        raise TypeError(f"{function} needs seed=...: {SEED_PURPOSE}")
+
+
 def check_ids_array(inp, name: str = "inp") -> tuple[int, int]:
     """``inp`` is a non-empty (B, T) int32 array; returns (B, T)."""
     if inp.dtype != np.int32:
@@ -76,7 +102,10 @@ def check_ids_array(inp, name: str = "inp") -> tuple[int, int]:
 def check_storage_dtype(name: str, array) -> np.dtype:
     """``array`` holds bf16 (``ml_dtypes.bfloat16``) or fp32."""
     if array.dtype not in STORAGE_DTYPES:
-        raise TypeError(f"{name} must be ml_dtypes.bfloat16 or numpy.float32, not {array.dtype}")
+        hint = ""
+        if np.issubdtype(array.dtype, np.floating) or array.dtype.name.startswith("float"):  # fp16, fp64, fp8...
+            hint = f"; convert with {name}.astype(ml_dtypes.bfloat16) (llm.c's storage) or {name}.astype(np.float32)"
+        raise TypeError(f"{name} must be ml_dtypes.bfloat16 or numpy.float32, not {array.dtype}{hint}")
     return np.dtype(array.dtype)
 
 

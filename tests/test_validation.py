@@ -1064,3 +1064,71 @@ def test_host_table_holding_cupy_arrays_with_numpy_arrays(rng):
     table = enc.make_buckets(p.inp, C, BF16)
     on_gpu = replace(table, bt_list=cupy.asarray(table.bt_list))
     refuse_backward(TypeError, "a BucketTable holds NumPy arrays", buckets=on_gpu, **_backward_arrays(np, p))
+
+
+
+# ----------------------------------------------------------------------------------------------------------
+# first mistakes: the message says how to put them right
+
+
+@pytest.mark.parametrize("other", ["float16", "float64", "float8_e4m3fn"])
+@pytest.mark.parametrize("name", ["wte", "wpe"])
+def test_float_weights_get_a_conversion_that_works(xp, rng, name, other):
+    """Weights of another float type are refused with a conversion hint, and the hinted conversion is accepted."""
+    import ml_dtypes
+
+    p = problem(rng, FP32)
+    arrays = _forward_arrays(xp, p)
+    arrays[name] = arrays[name].astype(getattr(ml_dtypes, other, None) or np.dtype(other))
+    hint = rf"convert with {name}.astype\(ml_dtypes.bfloat16\) \(llm.c's storage\) or {name}.astype\(np.float32\)"
+    match = rf"{name} must be ml_dtypes.bfloat16 or numpy.float32, not {other}; {hint}"
+    if other.startswith("float8"):  # one-byte words: the bit-watching helper reads 2- to 8-byte ones
+        with pytest.raises(TypeError, match=match):
+            enc.encoder_forward(arrays["inp"], arrays["wte"], arrays["wpe"], out=arrays["out"])
+    else:
+        refuse_forward(TypeError, match, **arrays)
+    fixed = {k: v.astype(ml_dtypes.bfloat16) if k in ("wte", "wpe") else v for k, v in arrays.items()}
+    out = enc.encoder_forward(fixed["inp"], fixed["wte"], fixed["wpe"])
+    assert out.dtype == BF16
+
+
+def test_integer_weights_get_no_float_hint(xp, rng):
+    arrays = _forward_arrays(xp, problem(rng, FP32))
+    arrays["wte"] = arrays["wte"].astype(np.int16)
+    with pytest.raises(TypeError, match="wte must be ml_dtypes.bfloat16 or numpy.float32, not int16$"):
+        enc.encoder_forward(arrays["inp"], arrays["wte"], arrays["wpe"])
+
+
+def test_float16_gradients_get_a_conversion_hint(xp, rng):
+    arrays = _backward_arrays(xp, problem(rng, FP32))
+    arrays["dwte"] = arrays["dwte"].astype(np.float16)
+    refuse_backward(TypeError, r"dwte must be ml_dtypes.bfloat16 or numpy.float32, not float16; convert with "
+                               r"dwte.astype\(ml_dtypes.bfloat16\)", **arrays)
+
+
+@pytest.mark.parametrize("method", validate.METHODS)
+def test_a_forgotten_seed_says_what_it_is_for(xp, rng, method):
+    """Python's generic "missing 1 required keyword-only argument" is not what the user sees."""
+    arrays = _backward_arrays(xp, problem(rng))
+    watched = dict(arrays)
+
+    def call():
+        enc.encoder_backward(arrays["dwte"], arrays["dwpe"], arrays["dout"], arrays["inp"], method=method)
+
+    assert_refused(TypeError, r"encoder_backward needs seed=\.\.\.: the seed keys the stochastic rounding", call,
+                   watched)
+    with pytest.raises(TypeError) as info:
+        call()
+    assert "fresh one every step" in str(info.value) and "keyword-only" not in str(info.value)
+
+
+def test_a_positional_seed_is_named_in_the_message(xp, rng):
+    arrays = _backward_arrays(xp, problem(rng))
+
+    def call(*extra):
+        return lambda: enc.encoder_backward(arrays["dwte"], arrays["dwpe"], arrays["dout"], arrays["inp"], *extra)
+
+    assert_refused(TypeError, r"pass seed=1234; the seed keys the stochastic rounding .* fresh one every step",
+                   call(1234), dict(arrays))
+    assert_refused(TypeError, r"pass seed=\.\.\. and the options by name", call(1234, "chunked"), dict(arrays))
+    enc.encoder_backward(arrays["dwte"], arrays["dwpe"], arrays["dout"], arrays["inp"], seed=1234)  # by name: fine
