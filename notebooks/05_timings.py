@@ -26,6 +26,17 @@
 # The measurements come from `python -m gpt2enc_edu.bench`. The full sweep (every B from 1 to 64, three kinds
 # of ids) committed in `docs/bench/` is drawn on every machine, and says so; on a GPU this notebook also runs
 # a small subset live (well under a minute) and shows it beside the committed run.
+#
+# **Prerequisites:** notebooks 01-03 (what the forward, the atomic and the bucketed backward do); the idea of
+# memory bandwidth (bytes per second a GPU's memory moves). No GPU needed: the committed run is drawn.
+#
+# **After this notebook you can:**
+# 1. compute the minimal bytes and the floor of the forward and the backward for a batch (Exercise 5 checks it);
+# 2. read from the plots which costs set the time at B=1 (fixed costs) and at B=64 (bytes moved);
+# 3. say why the forward stops near 70 % of its floor, and which part of that answer is measured and which inferred;
+# 4. say why the floor PyTorch is held to understates its traffic, and where it does not.
+#
+# **Time:** about 20 minutes for the core sections, 5 more for the one marked *(optional)* (`docs/teaching.md`).
 
 # %% [markdown]
 # ## 0. Setup
@@ -35,34 +46,15 @@
 # runtime's CUDA when there is a GPU.
 
 # %%
-# 0. Setup: make `import gpt2enc_edu` work. Installed: nothing to do. In a checkout: put it on sys.path.
-# On Colab or Kaggle: install the package (from a clone, else from GitHub) and the CuPy for the runtime's CUDA.
-import os, subprocess, sys
-from pathlib import Path
-
-REPO = "OWNER/gpt2enc-edu"  # the GitHub repository hosted runtimes install from (placeholder; course/hosted.py)
-HOSTED = "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ or "KAGGLE_KERNEL_RUN_TYPE" in os.environ
-try:
-    import gpt2enc_edu
-except ImportError:
-    here = Path.cwd()
-    roots = [d for d in (here.parent, here, *sorted(here.glob("*/"))) if (d / "gpt2enc_edu" / "__init__.py").is_file()]
-    if roots:
-        sys.path.insert(0, str(roots[0]))
-    if HOSTED:
-        target = f"{roots[0]}[notebooks]" if roots else f"gpt2enc-edu[notebooks] @ git+https://github.com/{REPO}"
-        subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", target])
-    elif not roots:
-        raise
-    import gpt2enc_edu
-if HOSTED:
-    from gpt2enc_edu.course import hosted
-    print(hosted.ensure_cupy())
-enc = gpt2enc_edu
+import os, subprocess, sys; sys.path[:0] = [os.path.abspath("..")] if os.path.isdir("../gpt2enc_edu") else []
+try: import gpt2enc_edu  # installed, or this checkout (the folder above notebooks/, put first on sys.path)
+except ImportError:  # Colab or Kaggle: pip-install it from the GitHub repository that GPT2ENC_EDU_REPO names
+    repo = os.environ.get("GPT2ENC_EDU_REPO") or sys.exit("gpt2enc_edu is not installed: see notebooks/README.md. On Colab or Kaggle, run `%env GPT2ENC_EDU_REPO=<owner>/gpt2enc-edu` (the GitHub repository), then this cell again.")
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", f"gpt2enc-edu[notebooks] @ git+https://github.com/{repo}"])
+from gpt2enc_edu.course import hosted; enc = hosted.setup()  # on Colab or Kaggle: the CuPy for the runtime's CUDA
 
 # %%
 import matplotlib.pyplot as plt
-from IPython.display import Markdown, display
 
 from gpt2enc_edu import bench
 from gpt2enc_edu.bench import plots as bench_plots
@@ -71,7 +63,7 @@ from gpt2enc_edu.tokens import make_ids
 print(gpt2enc_edu.gpu_status())
 
 # %% [markdown]
-# ## What is timed, and what the floor is
+# ## 1. What is timed, and what the floor is (core)
 #
 # Each *case* is a named function in `gpt2enc_edu/bench/cases.py` that prepares one call; the timer then runs
 # it many times. Before every repeat the timer writes a buffer twice the size of the GPU's L2 cache, so
@@ -116,9 +108,23 @@ for kind in bench.ID_KINDS:
         parts.append(f"{op} {nbytes / 1e6:6.1f} MB -> {bench.floor_seconds(nbytes, COPY_RATE) * 1e6:5.1f} us")
     print(f"  {kind:8s} {distinct:6d} distinct ids: " + ";  ".join(parts))
 
+# %% [markdown]
+# The same arithmetic at **B = 1**: one sequence. The output (or `dout`) is then 1.5 MB, and the wpe rows as
+# much again, so the floor is a few microseconds at most; keep these numbers in mind for section 3.
+
+# %%
+print(f"B=1: minimal bytes and floor (copy rate {COPY_RATE / 1e9:.0f} GB/s)")
+for kind in bench.ID_KINDS:
+    distinct = bench.distinct_ids(make_ids(kind, 1, T, seed=0))
+    cells = []
+    for op in bench.OPS:
+        nbytes = bench.minimal_bytes(op, B=1, T=T, C=C, distinct=distinct)
+        cells.append(f"{op} {nbytes / 1e6:4.1f} MB = {bench.floor_seconds(nbytes, COPY_RATE) * 1e6:4.2f} us")
+    print(f"  {kind:8s} {distinct:5d} distinct ids: " + ";  ".join(cells))
+
 
 # %% [markdown]
-# ## Exercise 5: the floor of the backward
+# ## 2. Exercise 5: the floor of the backward (core)
 #
 # Write `backward_bytes(inp, C, itemsize)`: the bytes the deterministic backward cannot avoid moving for the
 # ids `inp` (B, T), C channels and `itemsize` bytes per stored element (2 for bf16, 4 for fp32). It works
@@ -127,7 +133,7 @@ for kind in bench.ID_KINDS:
 # The answer is a number of bytes: an integer (`12.0` or `12 + 0.9` is refused). The check draws its id
 # batches and shapes when it runs.
 #
-# *Hint:* the floor section of this notebook: which arrays must the backward read, which must it write
+# *Hint:* section 1 of this notebook: which arrays must the backward read, which must it write
 # (it adds into the gradients), and which rows of `dwte` does a batch touch at all? Solution:
 # `solutions/exercises.py` (in the repository, outside the package).
 
@@ -141,11 +147,12 @@ def backward_bytes(inp, C, itemsize):
 done = exercises.check_backward_bytes(backward_bytes)
 
 # %% [markdown]
-# ## The measurements
+# ## 3. The measurements (core)
 #
-# First the committed full sweep (`docs/bench/`; set `GPT2ENC_BENCH_DIR` to read another folder): its
-# device, date and copy rate. On a GPU, a quick subset measured now follows it (B in {1, 64}, uniform and
-# Zipf ids, few repeats).
+# First the committed full sweep (`docs/bench/`, every B from 1 to 64 and three kinds of ids; set
+# `GPT2ENC_BENCH_DIR` to read another folder): its device, date and copy rate. Its numbers as tables are in
+# `docs/bench/results.md`; here they are drawn. On a GPU a quick subset is measured now as well (B in {1, 64},
+# uniform and Zipf ids, few repeats) and drawn beside it.
 
 # %%
 rows, meta = committed_rows, committed_meta
@@ -159,14 +166,9 @@ if gpt2enc_edu.gpu_status().name == "cuda":
     live_rows = live.rows
     print(f"measured now on {live.meta.get('device')} (quick subset), copy rate "
           f"{live.meta.get('copy_rate_GBps', float('nan')):.0f} GB/s")
-    display(Markdown(bench.markdown_report(live.rows, live.meta)))
-
-# %%
-if rows:
-    display(Markdown(bench.markdown_report(rows, meta)))
 
 # %% [markdown]
-# ### Time per call against batch size
+# ### How does each time grow with B, and how far is it from the floor?
 #
 # One row of panels per kind of ids, one panel per question, a few lines each. The black dashed line is the
 # memory floor of the panel's operation; the grey dotted line in the last panel is host work (NumPy on the
@@ -193,32 +195,18 @@ if live_rows:
 # %% [markdown]
 # *Figure: time per call against B (log-log), panels by question and rows by kind of ids, floors dashed.*
 #
-# ### What dominates at small B: fixed costs
-#
 # The floor falls in proportion to B; the measured lines do not follow it down. At B=1 the minimal bytes are
-# a megabyte or two, a microsecond of copying, but a call still pays its launches, its sort of the ids (the
-# bucketing kernel's chain of phases, or at B=1 the sort every block of the chunked method's one kernel does;
-# notebook 06), and for the CPU route the host round trip. The table shows the share:
-
-# %%
-if rows:
-    pick = ("forward", "chunked_gpu", "bucketed_gpu", "atomic_bf16", "bucketed_cpu")
-    by = {(r["case"], int(r["B"])): r for r in rows if r["ids"] == "real"}
-    print("real ids      B=1: time   floor  % of floor |  B=64: time   floor  % of floor")
-    for case in pick:
-        cells = []
-        for b in (1, 64):
-            r = by.get((case, b))
-            if r:
-                us, floor = float(r["median_us"]), float(r["floor_us"])
-                cells.append(f"{us:9.1f} {floor:7.1f} {100 * floor / us:8.1f}%")
-        print(f"{case:13s} " + " | ".join(cells))
-
-# %% [markdown]
-# ### Percent of the floor
+# the few megabytes of section 1, a microsecond or two of copying, but a call still pays its launches, its
+# sort of the ids (the bucket table's chain of short steps, or at B=1 the sort every block of the chunked
+# method's one kernel does; notebook 06), and for the CPU route the host round trip: those **fixed costs** set
+# the time at small B. The last panel answers a second question, what the bucket table costs where it is built:
+# the CPU route (the ids to the host, `make_buckets` in NumPy, the table back) takes milliseconds, the GPU table
+# alone tens of microseconds, which is why the package builds the table on the GPU for CuPy arrays.
 #
-# Higher is better; 100 % is the speed of a copy of the minimal bytes. At small B the fixed costs above
-# dominate, so the percentages drop there.
+# ### How close to a copy does each operation get, and from which B on?
+#
+# Percent of the floor: higher is better; 100 % is the speed of a copy of the minimal bytes. Where the fixed
+# costs dominate (small B) every line drops.
 
 # %%
 if rows:
@@ -227,32 +215,94 @@ if rows:
     plt.show()
 
 # %% [markdown]
-# ## The CPU bucketing: alone, and inside the backward
+# *Figure: percent of the floor against B, one panel per kind of ids, one line per case.*
 #
-# The deterministic backward needs a bucket table. llm.c builds it on the CPU with a C++ hash map; the
-# package's CPU route uses `make_buckets` (NumPy sorts, `gpt2enc_edu/buckets.py`). The benchmark times that
-# route twice: **inside** the backward (`bucketed_cpu`: CUDA events around the whole call, which includes
-# the ids' copy to the host, `make_buckets`, the table's copy back and the kernels) and **alone**
-# (`make_buckets`: `time.perf_counter` around the NumPy call on the host). The difference should be the
-# GPU's part plus the copies; since the two are separate measurements, with separate timers, of host code
-# on a shared CPU, the difference is noisy and can come out small or even negative where the NumPy part
-# dominates. Both are far above the GPU-built table (`gpu_buckets`), which is why the package builds the
-# table on the GPU for CuPy arrays.
+# ## 4. Why the forward stops near 70 % of its floor (core)
+#
+# The forward is the best of the kernels by this measure, and it still levels off well below 100 % at large B.
+# First what its minimal bytes are made of, at B=64, from the committed run:
 
 # %%
 if rows:
-    by = {(r["case"], r["ids"], int(r["B"])): float(r["median_us"]) for r in rows}
-    print("committed run:          make_buckets alone | bucketed_cpu (whole call) | difference | GPU table alone")
-    for kind in ("uniform", "zipf", "real"):
-        for b in (1, 8, 64):
-            if ("make_buckets", kind, b) in by and ("bucketed_cpu", kind, b) in by:
-                alone, whole = by[("make_buckets", kind, b)], by[("bucketed_cpu", kind, b)]
-                print(f"  {kind:8s} B={b:2d}: {alone:12.0f} us | {whole:18.0f} us | {whole - alone:7.0f} us | "
-                      f"{by.get(('gpu_buckets', kind, b), float('nan')):8.0f} us")
+    fwd = {(r["ids"], int(r["B"])): r for r in rows if r["case"] == "forward"}
+    written = B * T * C * 2  # out, bf16
+    print(f"forward at B={B}: out is {written / 1e6:.0f} MB written; a wte row is C x 2 = {C * 2} bytes")
+    for kind in bench.ID_KINDS:
+        r = fwd.get((kind, B))
+        if r:
+            total, distinct = int(r["minimal_bytes"]), int(r["distinct_ids"])
+            print(f"  {kind:8s} {float(r['pct_of_floor']):5.1f}% of floor ({float(r['achieved_GBps']):4.0f} GB/s of "
+                  f"{COPY_RATE / 1e9:.0f}); writes {100 * written / total:3.0f}% of its {total / 1e6:5.1f} MB, "
+                  f"gathers {distinct} rows ({distinct * C * 2 / 1e6:4.1f} MB)")
 
 # %% [markdown]
-# And `make_buckets` timed now, on whatever CPU runs this notebook (so it varies from machine to machine, and
-# is not the H200 host's figure above):
+# The floor assumes the copy's rate for any mix of reads and writes at any addresses. The forward's mix is
+# different from a copy's in two ways: most of its bytes are **writes** (the cell above), and its reads are
+# **gathers**: each thread first waits for its ids, then for rows of 1.5 KB at addresses the ids pick, and only
+# then stores.
+#
+# *Measured* (`docs/performance.md`, the sections on the forward; H200, B=64): a memset, and a store-only kernel
+# with the forward's thread map, write the output at about the copy rate; the forward with **every id equal**,
+# which writes the same bytes but reads almost nothing, is already clearly slower than they are; on uniform ids
+# Nsight Compute counts more bytes read from DRAM than the distinct rows hold (rows evicted from L2 between two
+# uses are read twice); cache hints, other thread maps and maps that keep loads and stores in flight together
+# gained at most a microsecond or two.
+#
+# *Inferred*, not measured directly: the rest of the gap is the gathers themselves. A thread's loads and its
+# stores come one after the other, so fewer bytes are in flight than in a copy, which streams both at once;
+# and scattered 1.5 KB rows, some read twice, cost more than a contiguous read of the same size.
+#
+# ## 5. PyTorch against the same floor (core)
+#
+# PyTorch's embedding backward computes a **fresh** dwte: it does not add into an existing gradient, so it
+# need not read old rows, but it must write **all V rows** of its result (zeros where no id points), where our
+# floor counts read and write of only the distinct rows. Its own minimum is therefore `dout` + V rows + T rows
+# (dwpe, also fresh) + the ids. Which is larger?
+#
+# ### How much more must PyTorch move than the floor it is held to?
+
+# %%
+if rows:
+    torch_rows = [r for r in rows if r["case"] == "torch_backward"]
+    ratio = {}
+    for r in torch_rows:
+        b, V = int(r["B"]), int(r["V"])
+        own = (b * T * C + V * C + T * C) * 2 + b * T * 4  # read dout, write every dwte row and the dwpe rows, ids
+        ratio.setdefault(r["ids"], {})[b] = own / int(r["minimal_bytes"])
+    above = sum(x > 1 for by_b in ratio.values() for x in by_b.values())
+    print(f"PyTorch's own minimum exceeds the floor it is held to in {above} of {len(torch_rows)} cells "
+          f"(kind x B); the rest:", [(kind, b, round(x, 2)) for kind, by_b in ratio.items()
+                                     for b, x in by_b.items() if x <= 1])
+    fig, ax = plt.subplots(figsize=(5.5, 3.2), dpi=80, layout="constrained")
+    for kind, by_b in ratio.items():
+        ax.plot(list(by_b), list(by_b.values()), timing_plots.KIND_STYLE.get(kind, "-"), marker="o", label=f"{kind} ids")
+    ax.axhline(1, color="k", linewidth=1)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(sorted({int(r["B"]) for r in torch_rows}), [str(b) for b in sorted({int(r["B"]) for r in torch_rows})])
+    ax.minorticks_off()
+    ax.set_xlabel("batch size B")
+    ax.set_ylabel("PyTorch's own minimum / our floor")
+    ax.legend(fontsize=8)
+    plt.show()
+
+# %% [markdown]
+# *Figure: PyTorch's own minimal bytes over the floor it is held to, against B; above the black line our floor
+# understates its traffic.*
+#
+# Reading and writing a distinct row costs two row-sizes, writing every row once costs V row-sizes: so the
+# floor we hold PyTorch to is **lower** than what its design must move wherever a batch has fewer than about
+# (V − T) / 2 distinct ids, half the vocabulary, which is every cell the cell counts except the largest uniform
+# batch. Its percent of floor understates how well it uses the memory; its times are what a training step pays
+# either way.
+#
+# ## 6. (optional) The CPU bucketing on this machine
+#
+# `make_buckets` (the package's NumPy bucket table, `gpt2enc_edu/buckets.py`) timed now, on whatever CPU runs
+# this notebook (so it varies from machine to machine, and is not the H200 host's figure in the last panel
+# above). The benchmark times this route twice: inside the backward (`bucketed_cpu`: CUDA events around the
+# whole call, copies included) and alone (`make_buckets`: `time.perf_counter` around the NumPy call); two
+# separate measurements of host code on a shared CPU, so their difference is noisy.
 
 # %%
 print(f"make_buckets (NumPy) on this machine, T={T}, C={C}, bf16, median of 5:")
@@ -264,19 +314,20 @@ for kind in ("uniform", "zipf"):
     print(f"  {kind:8s} " + ",  ".join(cells))
 
 # %% [markdown]
-# ## How to read the results
+# ## 7. How to read the results (core)
 #
-# * The **forward** gathers a row per position and adds a position row: it is pure memory traffic, so
-#   its percent of floor says how close it gets to the copy rate (notebook 01 times its three versions).
+# * The **forward** gathers a row per position and adds a position row: pure memory traffic, mostly writes,
+#   so its percent of floor says how close a gather beside a write stream gets to the copy rate (section 4;
+#   notebook 01 times its three versions).
 # * The **atomic backward** with fp32 accumulation widens the `dwte` rows the batch touches to fp32, adds
 #   there and rounds them back: three kernels; bf16 atomics need one, but round at every add (notebook 02)
 #   and depend on the order of the adds.
 # * The **deterministic backward with CPU bucketing** includes the ids' trip to the host, the NumPy table
 #   and its trip back: at large B that host work, not the GPU, sets the time. The **GPU bucketing** route
 #   removes the host round trip; the **chunked** kernel splits long buckets (frequent tokens) into
-#   32-item chunks, so skewed ids (Zipf, real text) do not leave one block with most of the work
+#   32-position chunks, so skewed ids (Zipf, real text) do not leave one block with most of the work
 #   (notebook 06).
-# * **PyTorch**'s embedding backward computes a fresh dwte (it does not accumulate into an existing one),
-#   so it is held to the same floor as ours, which is slightly generous to it.
+# * **PyTorch**'s embedding backward writes a fresh dwte of all V rows: held to our floor, it is held to fewer
+#   bytes than it must move in all but one cell (section 5).
 #
 # `docs/benchmarks.md` describes the method in full; `docs/bench/` holds the committed numbers and plots.
