@@ -58,7 +58,7 @@ import matplotlib.pyplot as plt
 
 from gpt2enc_edu import bench
 from gpt2enc_edu.bench import plots as bench_plots
-from gpt2enc_edu.course import exercises, timing_plots
+from gpt2enc_edu.course import exercises, measured, timing_plots
 from gpt2enc_edu.tokens import make_ids
 print(gpt2enc_edu.gpu_status())
 
@@ -89,8 +89,7 @@ print("cases timed by python -m gpt2enc_edu.bench:")
 for case in bench.CASES:
     print(f"  {case.name:19s} {case.family:5s}  {case.label}")
 
-REPO = Path(gpt2enc_edu.__file__).resolve().parent.parent
-RESULTS_DIR = Path(os.environ.get("GPT2ENC_BENCH_DIR", REPO / "docs" / "bench"))
+RESULTS_DIR = measured.bench_dir()  # docs/bench/, or the copy an installed wheel carries
 try:
     committed_rows, committed_meta = bench.load_results(RESULTS_DIR)
 except FileNotFoundError as exc:

@@ -319,9 +319,8 @@ fig = timing_plots.bucketing_phases(phases)
 # appear when the results hold those cases.
 
 # %%
-REPO = Path(enc.__file__).resolve().parent.parent
 try:
-    rows, meta = bench.load_results(Path(os.environ.get("GPT2ENC_BENCH_DIR", REPO / "docs" / "bench")))
+    rows, meta = bench.load_results(measured.bench_dir())  # docs/bench/, or the copy an installed wheel carries
 except FileNotFoundError as exc:
     rows, meta = [], {}
     print(exc)

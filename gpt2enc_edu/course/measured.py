@@ -4,6 +4,11 @@ Each function returns a plain dict with a ``"source"`` sentence that says which 
 notebook never passes off old numbers as live ones. The committed files live in ``docs/walkthrough/`` of
 the repository (``COMMITTED``); ``python -m gpt2enc_edu.course.measured --out DIR`` on a GPU writes them.
 
+``committed_dir`` finds committed results wherever the package is: a wheel carries the files the notebooks read
+in ``gpt2enc_edu/committed/`` (copied from ``docs/`` when the wheel is built: pyproject's force-include, so
+``docs/`` stays their one home), a checkout or an editable install reads ``docs/`` itself. ``bench_dir`` is the
+benchmark's folder the notebooks read (``GPT2ENC_BENCH_DIR`` names another).
+
 * ``forward_versions``: versions 1, 2 and 3 of the forward kernel (``cuda.encoder_forward_version``) at
   a few batch sizes, with the memory floor (minimal bytes over a device copy rate measured in the same run);
 * ``bucketing_phases``: the GPU bucketing kernel's cost split by phase at B=1 and B=64
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -25,14 +31,35 @@ from .. import gpu_buckets
 from ..rounding import bfloat16
 from ..tokens import make_ids
 
-#: Where the committed H200 numbers live in a checkout.
-COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "walkthrough"
+#: The checkout's docs/ folder (absent in an installed wheel), where the GPU runs write their results.
+CHECKOUT_DOCS = Path(__file__).resolve().parents[2] / "docs"
+#: Where a wheel carries the committed results the notebooks read (``docs/<name>/<file>`` at
+#: ``gpt2enc_edu/committed/<name>/<file>``; the list is pyproject.toml's force-include).
+PACKAGED = Path(__file__).resolve().parents[1] / "committed"
+#: Where the committed walkthrough numbers are written in a checkout.
+COMMITTED = CHECKOUT_DOCS / "walkthrough"
 T, C, V = 1024, 768, 50257
 FORWARD_BATCHES = (8, 64)
 
 
+def committed_dir(name: str) -> Path:
+    """The folder of committed results ``name`` (``"bench"``, ``"walkthrough"``): the copy inside an installed
+    wheel, else the checkout's ``docs/<name>`` (also when it does not exist: reading it then says what is missing).
+
+    The wheel's copy comes first: an installed package's ``parents[2]`` is ``site-packages``, not a checkout.
+    """
+    packaged = PACKAGED / name
+    return packaged if packaged.is_dir() else CHECKOUT_DOCS / name
+
+
+def bench_dir() -> Path:
+    """The benchmark run the notebooks draw: ``$GPT2ENC_BENCH_DIR`` if set, else the committed one."""
+    override = os.environ.get("GPT2ENC_BENCH_DIR")
+    return Path(override) if override else committed_dir("bench")
+
+
 def _committed(name: str) -> dict | None:
-    path = COMMITTED / name
+    path = committed_dir("walkthrough") / name
     if not path.is_file():
         return None
     data = json.loads(path.read_text())
