@@ -24,30 +24,12 @@
 # 4. Run it twice · 5. bf16 atomics lose precision · 6. llm.c does it this way · 7. Exercise 2
 
 # %%
-# 0. Setup: make `import gpt2enc_edu` work. Installed: nothing to do. In a checkout: put it on sys.path.
-# On Colab or Kaggle: install the package (from a clone, else from GitHub) and the CuPy for the runtime's CUDA.
-import os, subprocess, sys
-from pathlib import Path
-
-REPO = "OWNER/gpt2enc-edu"  # the GitHub repository hosted runtimes install from (placeholder; course/hosted.py)
-HOSTED = "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ or "KAGGLE_KERNEL_RUN_TYPE" in os.environ
-try:
-    import gpt2enc_edu
-except ImportError:
-    here = Path.cwd()
-    roots = [d for d in (here.parent, here, *sorted(here.glob("*/"))) if (d / "gpt2enc_edu" / "__init__.py").is_file()]
-    if roots:
-        sys.path.insert(0, str(roots[0]))
-    if HOSTED:
-        target = f"{roots[0]}[notebooks]" if roots else f"gpt2enc-edu[notebooks] @ git+https://github.com/{REPO}"
-        subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", target])
-    elif not roots:
-        raise
-    import gpt2enc_edu
-if HOSTED:
-    from gpt2enc_edu.course import hosted
-    print(hosted.ensure_cupy())
-enc = gpt2enc_edu
+import importlib.util, os, subprocess, sys
+sys.path[:0] = [os.path.abspath("..")] if os.path.isdir("../gpt2enc_edu") else []  # a checkout: the folder above notebooks/
+if importlib.util.find_spec("gpt2enc_edu") is None:  # Colab or Kaggle: pip-install it from the repository GPT2ENC_EDU_REPO names
+    repo = os.environ.get("GPT2ENC_EDU_REPO") or sys.exit("gpt2enc_edu is not installed (notebooks/README.md). On Colab or Kaggle run `%env GPT2ENC_EDU_REPO=<owner>/gpt2enc-edu` (its GitHub repository), then this cell again.")
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", f"gpt2enc-edu[notebooks] @ git+https://github.com/{repo}"])
+enc = importlib.import_module("gpt2enc_edu.course.hosted").setup()  # Colab or Kaggle: the CuPy for the runtime's CUDA
 
 # %%
 import dataclasses

@@ -46,12 +46,12 @@
 # runtime's CUDA when there is a GPU.
 
 # %%
-import os, subprocess, sys; sys.path[:0] = [os.path.abspath("..")] if os.path.isdir("../gpt2enc_edu") else []
-try: import gpt2enc_edu  # installed, or this checkout (the folder above notebooks/, put first on sys.path)
-except ImportError:  # Colab or Kaggle: pip-install it from the GitHub repository that GPT2ENC_EDU_REPO names
-    repo = os.environ.get("GPT2ENC_EDU_REPO") or sys.exit("gpt2enc_edu is not installed: see notebooks/README.md. On Colab or Kaggle, run `%env GPT2ENC_EDU_REPO=<owner>/gpt2enc-edu` (the GitHub repository), then this cell again.")
+import importlib.util, os, subprocess, sys
+sys.path[:0] = [os.path.abspath("..")] if os.path.isdir("../gpt2enc_edu") else []  # a checkout: the folder above notebooks/
+if importlib.util.find_spec("gpt2enc_edu") is None:  # Colab or Kaggle: pip-install it from the repository GPT2ENC_EDU_REPO names
+    repo = os.environ.get("GPT2ENC_EDU_REPO") or sys.exit("gpt2enc_edu is not installed (notebooks/README.md). On Colab or Kaggle run `%env GPT2ENC_EDU_REPO=<owner>/gpt2enc-edu` (its GitHub repository), then this cell again.")
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", f"gpt2enc-edu[notebooks] @ git+https://github.com/{repo}"])
-from gpt2enc_edu.course import hosted; enc = hosted.setup()  # on Colab or Kaggle: the CuPy for the runtime's CUDA
+enc = importlib.import_module("gpt2enc_edu.course.hosted").setup()  # Colab or Kaggle: the CuPy for the runtime's CUDA
 
 # %%
 import matplotlib.pyplot as plt
@@ -60,7 +60,7 @@ from gpt2enc_edu import bench
 from gpt2enc_edu.bench import plots as bench_plots
 from gpt2enc_edu.course import exercises, measured, timing_plots
 from gpt2enc_edu.tokens import make_ids
-print(gpt2enc_edu.gpu_status())
+print(enc.gpu_status())
 
 # %% [markdown]
 # ## 1. What is timed, and what the floor is (core)
@@ -159,7 +159,7 @@ if rows:
     print(f"committed full sweep, from {RESULTS_DIR.name}/\ndevice: {meta.get('device')}\ndate:   {meta.get('date')}\n"
           f"copy rate: {meta.get('copy_rate_GBps', float('nan')):.0f} GB/s; PyTorch: {meta.get('torch')}")
 live_rows = None
-if gpt2enc_edu.gpu_status().name == "cuda":
+if enc.gpu_status().name == "cuda":
     config = bench.BenchConfig.quick_config(kinds=("uniform", "zipf"))
     live = bench.run_benchmark(config, progress=False, command="notebooks/05_timings (live, quick subset)")
     live_rows = live.rows

@@ -95,10 +95,46 @@ def test_ensure_cupy():
     assert installed == ["cupy-cuda12x"]
 
 
+GITHUB = "https://github.com/someone/gpt2enc-edu"
+PYPROJECT = f'[project]\nname = "gpt2enc-edu"\n\n[project.urls]\nRepository = "{GITHUB}"\n'
+
+
+@pytest.mark.parametrize("environ, pyproject, project_urls, repo", [
+    ({}, PYPROJECT, [], "someone/gpt2enc-edu"),  # a checkout whose pyproject.toml names it
+    ({}, "", [f"Repository, {GITHUB}.git"], "someone/gpt2enc-edu"),  # an installed package's metadata
+    ({}, "", [f"Homepage, {GITHUB}"], None),  # only the Repository entry counts
+    ({}, PYPROJECT.replace("Repository", "# Repository"), [], None),  # commented out: unset
+    ({}, PYPROJECT.replace("github.com", "gitlab.com"), [], None),  # not GitHub: nothing to install from
+    ({"GPT2ENC_EDU_REPO": "fork/gpt2enc-edu"}, PYPROJECT, [], "fork/gpt2enc-edu"),  # the variable wins
+    ({}, "", [], None),
+])
+def test_repository(environ, pyproject, project_urls, repo):
+    assert hosted.repository(environ, pyproject, project_urls) == repo
+
+
 def test_urls():
-    assert hosted.pip_spec() == f"gpt2enc-edu[notebooks] @ git+https://github.com/{hosted.REPO}"
-    url = hosted.colab_url("07_training_loop.ipynb")
-    assert url.endswith(f"{hosted.REPO}/blob/main/notebooks/07_training_loop.ipynb")
+    repo = "someone/gpt2enc-edu"
+    assert hosted.pip_spec(repo) == f"gpt2enc-edu[notebooks] @ git+https://github.com/{repo}"
+    url = hosted.colab_url("07_training_loop.ipynb", repo)
+    assert url == f"https://colab.research.google.com/github/{repo}/blob/main/notebooks/07_training_loop.ipynb"
+    kaggle = hosted.kaggle_url("01_forward.ipynb", repo)
+    assert kaggle.endswith(f"src=https://github.com/{repo}/blob/main/notebooks/01_forward.ipynb")
+
+
+def test_urls_without_a_repository_say_how_to_set_one(monkeypatch):
+    monkeypatch.delenv(hosted.REPO_ENV, raising=False)
+    monkeypatch.setattr(hosted, "repository", lambda: None)
+    for make in (hosted.pip_spec, lambda: hosted.colab_url("01_forward.ipynb")):
+        with pytest.raises(LookupError, match=r"\[project\.urls\] Repository.*GPT2ENC_EDU_REPO"):
+            make()
+
+
+def test_no_placeholder_repository_in_the_tree():
+    """The address is one setting (pyproject.toml): no notebook, doc or module spells a placeholder of it."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    texts = [ROOT / name for name in tracked if name.endswith((".py", ".md", ".toml", ".ipynb"))]
+    placeholder = "OWNER" + "/"  # spelled in two pieces, so that this file does not hold it
+    assert [str(p.relative_to(ROOT)) for p in texts if p.is_file() and placeholder in p.read_text(errors="replace")] == []
 
 
 # --- the first cell of the notebooks, executed with the environment faked ---------------------------------------
@@ -106,31 +142,33 @@ def test_urls():
 def first_cell(notebook: Path) -> str:
     """The first code cell of a jupytext percent-format notebook."""
     parts = re.split(r"^(# %%.*)$", notebook.read_text(), flags=re.M)
-    return next(body for marker, body in zip(parts[1::2], parts[2::2]) if "[markdown]" not in marker)
+    return next(body for marker, body in zip(parts[1::2], parts[2::2]) if "[markdown]" not in marker).strip()
 
 
-HOSTED_NOTEBOOKS = sorted(p for p in (ROOT / "notebooks").glob("[0-9]*.py") if "HOSTED" in first_cell(p))
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
+REPO = "someone/gpt2enc-edu"
 
 
-def test_notebook_07_has_the_hosted_first_cell():
-    assert ROOT / "notebooks" / "07_training_loop.py" in HOSTED_NOTEBOOKS
-
-
-@pytest.mark.parametrize("notebook", HOSTED_NOTEBOOKS, ids=lambda p: p.stem)
-def test_first_cell_names_the_repository_of_hosted_py(notebook):
-    assert f'REPO = "{hosted.REPO}"' in first_cell(notebook)
+def test_every_notebook_starts_with_the_same_short_first_cell():
+    cells = {notebook.name: first_cell(notebook) for notebook in NOTEBOOKS}
+    assert len(cells) >= 7 and len(set(cells.values())) == 1, "the first cells differ"
+    cell = cells[NOTEBOOKS[0].name]
+    assert len(cell.splitlines()) <= 6
+    assert f'"{hosted.REPO_ENV}"' in cell and "hosted\").setup()" in cell
 
 
 class FakeHost:
     """Records ``pip install`` commands; a "pip install" of the package makes it importable again."""
 
-    def __init__(self, monkeypatch, *, hosted_env: str | None, importable: bool, gpu: bool = True):
+    def __init__(self, monkeypatch, *, hosted_env: str | None, importable: bool, gpu: bool = True,
+                 repo: str | None = None):
         self.commands = []
-        self.monkeypatch = monkeypatch
-        for name in HOSTED_ENV:
+        for name in (*HOSTED_ENV, hosted.REPO_ENV):
             monkeypatch.delenv(name, raising=False)
         if hosted_env:
             monkeypatch.setenv(hosted_env, "1")
+        if repo:
+            monkeypatch.setenv(hosted.REPO_ENV, repo)
         monkeypatch.delitem(sys.modules, "google.colab", raising=False)
         self.installed = importable
         if not importable:  # `import gpt2enc_edu` fails until "installed" or the checkout leads sys.path
@@ -141,75 +179,89 @@ class FakeHost:
         monkeypatch.setattr(hosted.subprocess, "run", run)
         monkeypatch.setattr(hosted.importlib.metadata, "version", version)
         real_find_spec = hosted.importlib.util.find_spec
-        monkeypatch.setattr(hosted.importlib.util, "find_spec",
-                            lambda name, *a: None if name == "cupy" else real_find_spec(name, *a))
+
+        def find_spec(name, *args):
+            if name == "cupy" or (name == "gpt2enc_edu" and self.hidden()):
+                return None
+            return real_find_spec(name, *args)
+
+        monkeypatch.setattr(hosted.importlib.util, "find_spec", find_spec)
         monkeypatch.setattr(subprocess, "check_call", self.check_call)
+
+    def hidden(self) -> bool:
+        return not self.installed and sys.path[0] != str(ROOT)
 
     def check_call(self, command, **kwargs):
         assert command[:4] == [sys.executable, "-m", "pip", "install"]
         self.commands.append(command[-1])
-        if "gpt2enc" in command[-1] or command[-1].startswith(str(ROOT)):
+        if "gpt2enc" in command[-1]:
             self.installed = True
             sys.path.append(str(ROOT))  # where "site-packages" now holds the package
         return 0
 
     def find_spec(self, name, path=None, target=None):
         """The import-system hook that hides the package while it is "not installed"."""
-        if name == "gpt2enc_edu" and not self.installed and sys.path[0] != str(ROOT):
+        if name == "gpt2enc_edu" and self.hidden():
             raise ModuleNotFoundError("No module named 'gpt2enc_edu'", name=name)
         return None
 
 
-def run_cell(notebook: Path, cwd: Path, monkeypatch) -> dict:
+def run_cell(cwd: Path, monkeypatch) -> dict:
+    """Runs the notebooks' first cell (the same in every notebook) in ``cwd``; returns its namespace."""
     monkeypatch.chdir(cwd)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if Path(p or ".").resolve() != ROOT])
     namespace = {"__name__": "__cell__"}
-    exec(compile(first_cell(notebook), str(notebook), "exec"), namespace)
+    exec(compile(first_cell(NOTEBOOKS[0]), str(NOTEBOOKS[0]), "exec"), namespace)
     return namespace
 
 
-@pytest.mark.parametrize("notebook", HOSTED_NOTEBOOKS, ids=lambda p: p.stem)
 @pytest.mark.parametrize("service", HOSTED_ENV)
-def test_hosted_without_a_clone_installs_from_github_and_the_matching_cupy(notebook, service, monkeypatch, tmp_path):
+def test_hosted_without_a_clone_installs_from_the_named_repository_and_the_matching_cupy(
+        service, monkeypatch, tmp_path, capsys):
+    host = FakeHost(monkeypatch, hosted_env=service, importable=False, repo=REPO)
+    namespace = run_cell(tmp_path, monkeypatch)
+    assert host.commands == [hosted.pip_spec(REPO), "cupy-cuda12x"]
+    assert namespace["enc"].__name__ == "gpt2enc_edu"
+    assert capsys.readouterr().out.startswith("installed CUDA 12")
+
+
+@pytest.mark.parametrize("service", HOSTED_ENV)
+def test_hosted_without_a_clone_or_a_repository_stops_and_says_how_to_name_one(service, monkeypatch, tmp_path):
     host = FakeHost(monkeypatch, hosted_env=service, importable=False)
-    namespace = run_cell(notebook, tmp_path, monkeypatch)
-    assert host.commands == [hosted.pip_spec(), "cupy-cuda12x"]
-    assert namespace["enc"].__name__ == "gpt2enc_edu" and namespace["HOSTED"]
-
-
-@pytest.mark.parametrize("notebook", HOSTED_NOTEBOOKS, ids=lambda p: p.stem)
-def test_hosted_clone_installs_the_clone(notebook, monkeypatch, tmp_path):
-    host = FakeHost(monkeypatch, hosted_env="COLAB_RELEASE_TAG", importable=False, gpu=False)
-    namespace = run_cell(notebook, ROOT / "notebooks", monkeypatch)
-    assert host.commands == [f"{ROOT}[notebooks]"]  # no GPU: no CuPy
-    assert sys.path[0] == str(ROOT) and namespace["enc"].__name__ == "gpt2enc_edu"
-
-
-@pytest.mark.parametrize("notebook", HOSTED_NOTEBOOKS, ids=lambda p: p.stem)
-def test_local_checkout_installs_nothing(notebook, monkeypatch):
-    host = FakeHost(monkeypatch, hosted_env=None, importable=False)
-    namespace = run_cell(notebook, ROOT / "notebooks", monkeypatch)
-    assert host.commands == [] and not namespace["HOSTED"] and sys.path[0] == str(ROOT)
-
-
-@pytest.mark.parametrize("notebook", HOSTED_NOTEBOOKS, ids=lambda p: p.stem)
-def test_elsewhere_without_the_package_fails_with_the_import_error(notebook, monkeypatch, tmp_path):
-    host = FakeHost(monkeypatch, hosted_env=None, importable=False)
-    with pytest.raises(ImportError):
-        run_cell(notebook, tmp_path, monkeypatch)
+    with pytest.raises(SystemExit, match=f"%env {hosted.REPO_ENV}=<owner>/gpt2enc-edu"):
+        run_cell(tmp_path, monkeypatch)
     assert host.commands == []
 
 
-@pytest.mark.parametrize("notebook", HOSTED_NOTEBOOKS, ids=lambda p: p.stem)
-def test_installed_package_on_a_host_only_adds_cupy(notebook, monkeypatch, tmp_path):
-    host = FakeHost(monkeypatch, hosted_env="KAGGLE_KERNEL_RUN_TYPE", importable=True)
-    run_cell(notebook, tmp_path, monkeypatch)
+@pytest.mark.parametrize("gpu, commands", [(False, []), (True, ["cupy-cuda12x"])])
+def test_hosted_clone_uses_the_clone(gpu, commands, monkeypatch):
+    host = FakeHost(monkeypatch, hosted_env="COLAB_RELEASE_TAG", importable=False, gpu=gpu, repo=REPO)
+    namespace = run_cell(ROOT / "notebooks", monkeypatch)
+    assert host.commands == commands  # the package from the clone, not from GitHub
+    assert sys.path[0] == str(ROOT) and namespace["enc"].__name__ == "gpt2enc_edu"
+
+
+def test_local_checkout_installs_nothing_and_prints_nothing(monkeypatch, capsys):
+    host = FakeHost(monkeypatch, hosted_env=None, importable=False)
+    namespace = run_cell(ROOT / "notebooks", monkeypatch)
+    assert host.commands == [] and sys.path[0] == str(ROOT) and namespace["enc"].__name__ == "gpt2enc_edu"
+    assert capsys.readouterr().out == ""
+
+
+def test_elsewhere_without_the_package_stops_with_where_to_look(monkeypatch, tmp_path):
+    host = FakeHost(monkeypatch, hosted_env=None, importable=False)
+    with pytest.raises(SystemExit, match="gpt2enc_edu is not installed"):
+        run_cell(tmp_path, monkeypatch)
+    assert host.commands == []
+
+
+def test_installed_package_on_a_host_only_adds_cupy(monkeypatch, tmp_path):
+    host = FakeHost(monkeypatch, hosted_env="KAGGLE_KERNEL_RUN_TYPE", importable=True, repo=REPO)
+    run_cell(tmp_path, monkeypatch)
     assert host.commands == ["cupy-cuda12x"]
 
 
-def test_readme_links_name_the_repository_of_hosted_py():
-    readme = (ROOT / "README.md").read_text()
-    assert hosted.colab_url("07_training_loop.ipynb") in readme
-    assert f"kaggle.com/kernels/welcome?src=https://github.com/{hosted.REPO}/blob/{hosted.BRANCH}/notebooks/" in readme
-    named = set(re.findall(r"github\.com/([\w.-]+/gpt2enc-edu)", readme))
-    assert named == {hosted.REPO}
+def test_installed_package_elsewhere_prints_nothing(monkeypatch, tmp_path, capsys):
+    host = FakeHost(monkeypatch, hosted_env=None, importable=True)
+    assert run_cell(tmp_path, monkeypatch)["enc"].__name__ == "gpt2enc_edu"
+    assert host.commands == [] and capsys.readouterr().out == ""
