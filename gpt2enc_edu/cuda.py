@@ -22,9 +22,7 @@ from .layout import (
     CHUNKED_WARPS_PER_BLOCK,
     COMBINE_THREADS,
     FORWARD_ROWS,
-    SMALL_BACKWARD_MAX_BT,
     SMALL_BACKWARD_THREADS,
-    SMALL_MAX_V,
     WARP_SIZE,
     WPE_BLOCK_SIZE,
     WTE_BLOCK_SIZE,
@@ -36,6 +34,7 @@ from .layout import (
     wpe_blocks_beside_table,
 )
 from .loader import blocks_per_sm, cupy_module, device_facts, get_kernel, launch
+from .methods import one_launch_backward
 from .validate import check_choice, check_small_backward_batch
 
 #: The forward's versions (kernels/encoder_forward.cu): kernel name, and threads for (B, T, C, pack size).
@@ -198,22 +197,6 @@ def encoder_backward_wte_chunked(dwte, table, dout, C: int, seed: int, *, walk: 
            (dwte, table.units, partials, table.num_units_device, np.int32(C), np.uint32(seed)), after_kernel=True)
 
 
-def small_backward_fits(BT: int, V: int) -> bool:
-    """Whether ``encoder_backward_small`` takes a batch of BT ids of a vocabulary of V: at most
-    ``SMALL_BACKWARD_MAX_BT`` = 1024 ids (one sequence of GPT-2), each below ``SMALL_MAX_V`` (its sort keys)."""
-    return BT <= SMALL_BACKWARD_MAX_BT and V <= SMALL_MAX_V
-
-
-def one_launch_backward(method: str, bucketing: str, BT: int, V: int, *, buckets_given: bool = False) -> bool:
-    """Whether ``encoder_backward(..., method=method, bucketing=bucketing)`` on CuPy arrays, for BT ids of a
-    vocabulary of V, is the one launch of ``encoder_backward_small``: the chunked method, with its table left to be
-    built on the GPU in the call (``bucketing`` ``"auto"`` or ``"gpu"``, and no ``buckets=``), for a batch that
-    ``small_backward_fits``. The one place that decides it: the dispatch below, the PyTorch adapter (which then
-    builds no table ahead), the bench (which then reports no table share) and the sanitizer driver (which then
-    expects that one kernel) all ask here."""
-    return method == "chunked" and bucketing in ("auto", "gpu") and not buckets_given and small_backward_fits(BT, V)
-
-
 def encoder_backward_small(dwte, dwpe, dout, inp, B: int, T: int, C: int, seed: int) -> None:
     """The chunked method's whole backward (dwte and dwpe) for at most 1024 ids, in one launch: every block sorts
     the ids itself, so no bucket table is built and no other kernel runs (``kernels/encoder_backward_small.cu``).
@@ -228,6 +211,11 @@ def encoder_backward_small(dwte, dwpe, dout, inp, B: int, T: int, C: int, seed: 
     grid = blocks_per_sm(file_name, kernel_name, dout.dtype, SMALL_BACKWARD_THREADS) * device_facts().sm_count
     launch(get_kernel(file_name, kernel_name, dout.dtype), grid, SMALL_BACKWARD_THREADS,
            (dwte, dwpe, inp, dout, np.int32(B), np.int32(T), np.int32(C), np.uint32(seed)))
+
+
+def _launcher(name: str):
+    """The launcher of this module that a method's row names (``methods.Method.launcher`` / ``one_launch``)."""
+    return globals()[name]
 
 
 _side_streams: dict = {}
@@ -246,11 +234,12 @@ def _side_stream(main):
 
 
 def encoder_backward_deterministic_gpu_bucketing(dwte, dwpe, dout, inp, B: int, T: int, C: int, V: int,
-                                                 seed: int, *, chunked: bool, table=None) -> None:
-    """The GPU bucketing and then the wte kernel on the caller's stream, the wpe kernel beside them on a side
-    stream: no host round trip, no host sync. ``table``: a table of these ids built ahead (``make_buckets``; a host
-    table is copied over), which the wte kernel reads instead of building one. For the chunked method, a batch of at
-    most 1024 ids without a table goes to ``encoder_backward_small`` instead: one kernel does it all.
+                                                 seed: int, method, *, table=None) -> None:
+    """A deterministic ``method`` (a row of ``methods.METHODS``): the GPU bucketing and then the method's wte
+    launcher on the caller's stream, the wpe kernel beside them on a side stream: no host round trip, no host sync.
+    ``table``: a table of these ids built ahead (``make_buckets``; a host table is copied over), which the wte kernel
+    reads instead of building one. Where ``methods.one_launch_backward`` says so (the chunked method, at most 1024 ids
+    and no table), the method's ``one_launch`` kernel does it all instead.
 
     The wte kernel needs the table, the wpe kernel needs neither: the chain table -> wte is the critical path,
     and it runs on the caller's stream with no event between its kernels (on sm_90 and newer each wte kernel is
@@ -265,8 +254,8 @@ def encoder_backward_deterministic_gpu_bucketing(dwte, dwpe, dout, inp, B: int, 
     this call it takes only ``layout.WPE_SM_SHARE_BESIDE_TABLE`` of the SMs, whose threads walk dwpe's packs in
     turn, so that the table's kernels are not kept waiting for SMs (part 18).
     """
-    if one_launch_backward("chunked" if chunked else "bucketed", "gpu", B * T, V, buckets_given=table is not None):
-        encoder_backward_small(dwte, dwpe, dout, inp, B, T, C, seed)  # one launch, its own sort: no table, no wpe
+    if one_launch_backward(method.name, "gpu", B * T, V, buckets_given=table is not None):
+        _launcher(method.one_launch)(dwte, dwpe, dout, inp, B, T, C, seed)  # one launch, its own sort: no table
         return
     cupy = cupy_module()
     main = cupy.cuda.get_current_stream()
@@ -282,8 +271,8 @@ def encoder_backward_deterministic_gpu_bucketing(dwte, dwpe, dout, inp, B: int, 
         encoder_backward_wpe(dwpe, dout, B, T, C, seed, blocks=blocks)
         wpe_done.record(side)
     if table is None:
-        table = build_bucket_table_gpu(inp, C, dout.dtype, V, bucket_rows=not chunked)  # chunked: units only
-    (encoder_backward_wte_chunked if chunked else encoder_backward_wte_bucketed)(dwte, table, dout, C, seed)
+        table = build_bucket_table_gpu(inp, C, dout.dtype, V, bucket_rows=method.bucket_rows)
+    _launcher(method.launcher)(dwte, table, dout, C, seed)
     main.wait_event(wpe_done)
 
 
@@ -303,14 +292,18 @@ def _fp32_scratch_for(dwte, dwpe, T: int):
     return scratch
 
 
-def encoder_backward_atomic(dwte, dwpe, dout, inp, B: int, T: int, C: int, *, bf16_atomics: bool) -> None:
+def encoder_backward_atomic_bf16(dwte, dwpe, dout, inp, B: int, T: int, C: int) -> None:
+    """The atomic backward with bf16 atomics on the gradients themselves (``encoder_backward_atomic_bf16_kernel``)."""
+    kernel = get_kernel("encoder_backward_atomic.cu", "encoder_backward_atomic_bf16_kernel", dout.dtype)
+    launch(kernel, ceil_div(B * T * C // pack_size(dout.dtype), BLOCK_SIZE), BLOCK_SIZE,
+           (dwte, dwpe, dout, inp, np.int32(B), np.int32(T), np.int32(C)))
+
+
+def encoder_backward_atomic(dwte, dwpe, dout, inp, B: int, T: int, C: int) -> None:
+    """The atomic backward accumulating in fp32 (``encoder_backward_atomic_fp32_rows_kernel``): into the gradients
+    themselves in fp32, or for bf16 into fp32 copies of the rows the batch touches, rounded back to nearest once."""
     file_name = "encoder_backward_atomic.cu"
     sizes = (np.int32(B), np.int32(T), np.int32(C))
-    if bf16_atomics:
-        kernel = get_kernel(file_name, "encoder_backward_atomic_bf16_kernel", dout.dtype)
-        launch(kernel, ceil_div(B * T * C // pack_size(dout.dtype), BLOCK_SIZE), BLOCK_SIZE,
-               (dwte, dwpe, dout, inp, *sizes))
-        return
     kernel = get_kernel(file_name, "encoder_backward_atomic_fp32_rows_kernel", dout.dtype)
     grid = ceil_div(ceil_div(B, ATOMIC_ROWS) * T * C // pack_size(dout.dtype), BLOCK_SIZE)
     if dwte.dtype == np.float32:
@@ -329,6 +322,7 @@ def encoder_backward_atomic(dwte, dwpe, dout, inp, B: int, T: int, C: int, *, bf
 __all__ = [
     "DeviceBucketTable",
     "encoder_backward_atomic",
+    "encoder_backward_atomic_bf16",
     "encoder_backward_deterministic_gpu_bucketing",
     "encoder_backward_small",
     "encoder_backward_wpe",

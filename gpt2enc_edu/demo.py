@@ -17,10 +17,9 @@ import numpy as np
 from . import compare, reference
 from .backend import array_module, gpu_status, last_backend, to_numpy
 from .encoder import encoder_backward, encoder_forward, make_buckets
+from .methods import METHODS
 from .problems import random_problem
 from .rounding import bfloat16
-
-DETERMINISTIC = ("bucketed", "chunked")
 
 
 def _line(ok: bool, what: str) -> bool:
@@ -73,17 +72,17 @@ def run_demo(B: int = 4, T: int = 64, C: int = 768, V: int = 50257, ids: str = "
         untouched = np.ones(V, dtype=bool)
         untouched[rows] = False
         grads = _rows_reference(p, rows)
-        methods = DETERMINISTIC + ("atomic",) + (("atomic_bf16",) if name == "bfloat16" else ())
+        methods = [m for m in METHODS.values() if m.takes(dtype)]
 
         def backward(module, method):
             dwte, dwpe = module.array(p.dwte), module.array(p.dwpe)
             args = (dout, inp) if module is xp else (p.dout, p.inp)
-            encoder_backward(dwte, dwpe, *args, seed=seed + 1, method=method)
+            encoder_backward(dwte, dwpe, *args, seed=seed + 1, method=method.name)
             return dwte, dwpe
 
         for method in methods:
             dwte, dwpe = backward(xp, method)
-            per_add = method == "atomic_bf16"
+            per_add = method.rounds_every_add
             host = to_numpy(dwte)
             ok = compare.within_bound(host[rows], grads.dwte, compare.error_bound(
                 dtype, grads.dwte_abs, grads.max_terms, rounding_per_add=per_add))
@@ -91,16 +90,16 @@ def run_demo(B: int = 4, T: int = 64, C: int = 768, V: int = 50257, ids: str = "
                 dtype, grads.dwpe_abs, grads.max_terms, rounding_per_add=per_add))
             ok &= _same_bits(host, p.dwte, untouched)
             del host
-            all_ok &= _line(ok, f"backward method={method!r}: dwte and dwpe within bound of the float64 reference")
-            if method in DETERMINISTIC:
+            all_ok &= _line(ok, f"backward method={method.name!r}: dwte and dwpe within bound of the float64 reference")
+            if method.deterministic:
                 again = backward(xp, method)
                 all_ok &= _line(_same_bits(dwte, again[0]) and _same_bits(dwpe, again[1]),
-                                f"backward method={method!r}: two runs bitwise equal")
+                                f"backward method={method.name!r}: two runs bitwise equal")
                 del again
                 if xp is not np:
                     cpu = backward(np, method)
                     all_ok &= _line(_same_bits(dwte, cpu[0]) and _same_bits(dwpe, cpu[1]),
-                                    f"backward method={method!r}: GPU bits == NumPy mirror bits")
+                                    f"backward method={method.name!r}: GPU bits == NumPy mirror bits")
                     del cpu
             del dwte, dwpe
         table = make_buckets(p.inp, C, dtype)

@@ -16,6 +16,7 @@ from . import backend, cuda, memory, mirror, validate
 from .buckets import BucketTable, build_bucket_table, same_table
 from .gpu_buckets import build_bucket_table_gpu
 from .loader import cupy_module
+from .methods import DEFAULT_METHOD, METHODS
 
 
 def _hold(backend_name: str, writes, reads):
@@ -93,7 +94,7 @@ def make_buckets(inp, C: int, dtype, *, V: int | None = None, check_ids: bool = 
     return build_bucket_table(inp, int(C), dtype)
 
 
-def encoder_backward(dwte, dwpe, dout, inp, *positional, seed=validate.SEED_REQUIRED, method: str = "chunked",
+def encoder_backward(dwte, dwpe, dout, inp, *positional, seed=validate.SEED_REQUIRED, method: str = DEFAULT_METHOD,
                      bucketing: str = "auto", buckets=None, check_ids: bool = True) -> None:
     """Accumulate the encoder's gradients in place: ``dwte[inp[b,t]] += dout[b,t]``, ``dwpe[t] += dout[b,t]``.
 
@@ -105,7 +106,7 @@ def encoder_backward(dwte, dwpe, dout, inp, *positional, seed=validate.SEED_REQU
     inp : (B, T) int32 token ids.
     seed : int in ``[0, 2**32)``, the stochastic-rounding seed (use a fresh one every step); required, by name
         (left out or passed by position, a ``TypeError`` says what it is for).
-    method :
+    method : a name of ``methods.METHODS``, whose row says what each one reads and runs:
         ``"bucketed"`` deterministic, llm.c's scheme: wpe kernel + one block per bucket;
         ``"chunked"`` (the default) deterministic, fast and skew-proof: wpe kernel + one warp per 32-item
         chunk; the fastest end to end at B >= 8 on an H200, and for at most 1024 ids, which one kernel sums
@@ -139,13 +140,13 @@ def encoder_backward(dwte, dwpe, dout, inp, *positional, seed=validate.SEED_REQU
         if check_ids:
             _check_table_of_ids(buckets, inp, dims, method)
     with _hold(dims.backend, writes=(dwte, dwpe), reads=(dout, inp)):
-        _backward(dims, dwte, dwpe, dout, inp, seed, method, bucketing, buckets)
+        _backward(dims, dwte, dwpe, dout, inp, seed, METHODS[method], bucketing, buckets)
 
 
 def _check_table_of_ids(table, inp, dims, method: str) -> None:
     """ValueError unless ``table`` is the table ``make_buckets`` builds for ``inp`` (built again and compared; for
     CuPy arrays on the GPU, then copied to the host: a sync)."""
-    rows = method == "bucketed" or getattr(table, "has_bucket_rows", True)
+    rows = METHODS[method].bucket_rows or getattr(table, "has_bucket_rows", True)
     fresh = make_buckets(inp, dims.C, dims.dtype, V=dims.V if dims.backend == "cuda" else None, check_ids=False)
     host = [t if isinstance(t, BucketTable) else t.to_host(bucket_rows=rows) for t in (table, fresh)]
     if not same_table(*host, bucket_rows=rows):
@@ -153,20 +154,20 @@ def _check_table_of_ids(table, inp, dims, method: str) -> None:
                          "from the ids of this call")
 
 
-def _backward(dims, dwte, dwpe, dout, inp, seed: int, method: str, bucketing: str, table=None) -> None:
-    """``encoder_backward`` after validation, with its memory held: the dispatch to a kernel or its mirror."""
+def _backward(dims, dwte, dwpe, dout, inp, seed: int, method, bucketing: str, table=None) -> None:
+    """``encoder_backward`` after validation, with its memory held: the dispatch of ``method`` (a row of
+    ``methods.METHODS``) to its launcher or the launcher's mirror."""
     run = _runner(dims.backend)
     B, T, C = dims.B, dims.T, dims.C
-    if method in ("atomic", "atomic_bf16"):
-        run.encoder_backward_atomic(dwte, dwpe, dout, inp, B, T, C, bf16_atomics=(method == "atomic_bf16"))
+    if not method.needs_table:
+        getattr(run, method.launcher)(dwte, dwpe, dout, inp, B, T, C)
         return
     if dims.backend == "cuda" and (bucketing != "cpu" or table is not None):
-        run.encoder_backward_deterministic_gpu_bucketing(dwte, dwpe, dout, inp, B, T, C, dims.V, seed,
-                                                         chunked=(method == "chunked"), table=table)
+        run.encoder_backward_deterministic_gpu_bucketing(dwte, dwpe, dout, inp, B, T, C, dims.V, seed, method,
+                                                         table=table)
         return
     # llm.c's route: the wpe kernel is queued first, so on a GPU it runs while the host builds the table.
     run.encoder_backward_wpe(dwpe, dout, B, T, C, seed)
     if table is None:
         table = build_bucket_table(backend.to_numpy(inp), C, dims.dtype)
-    wte_kernel = run.encoder_backward_wte_chunked if method == "chunked" else run.encoder_backward_wte_bucketed
-    wte_kernel(dwte, table, dout, C, seed)
+    getattr(run, method.launcher)(dwte, table, dout, C, seed)

@@ -19,7 +19,8 @@ loops here, so the order of every sum is the kernel's order.
 * ``encoder_backward_small`` <-> ``encoder_backward_small_kernel`` (the chunked method's whole backward of at most
   1024 ids in one launch): its sort and segments, then the same sums as the chunk, combine and wpe kernels (the
   kernel file says why), which their mirrors do
-* ``encoder_backward_atomic`` <-> ``encoder_backward_atomic_fp32_kernel`` / ``..._bf16_kernel``
+* ``encoder_backward_atomic`` / ``encoder_backward_atomic_bf16`` <-> ``encoder_backward_atomic_fp32_kernel`` /
+  ``..._bf16_kernel``
 * the bucket table's kernels have their twins: the scatter route (``bucketing_scatter.cu``, five kernels) in
   ``mirror_bucketing_scatter.py``, the cooperative ``bucketing_kernel`` phase by phase in ``mirror_bucketing.py``,
   the one-block ``bucketing_small_kernel`` in ``mirror_bucketing_small.py``
@@ -320,7 +321,17 @@ def encoder_backward_small(dwte, dwpe, dout, inp, B: int, T: int, C: int, seed: 
     encoder_backward_wpe(dwpe, dout, B, T, C, seed)
 
 
-def encoder_backward_atomic(dwte, dwpe, dout, inp, B: int, T: int, C: int, *, bf16_atomics: bool, rng=None):
+def encoder_backward_atomic(dwte, dwpe, dout, inp, B: int, T: int, C: int, *, rng=None) -> None:
+    """Mirror of ``cuda.encoder_backward_atomic`` (fp32 accumulation); see ``atomic_adds``."""
+    atomic_adds(dwte, dwpe, dout, inp, B, T, C, bf16_atomics=False, rng=rng)
+
+
+def encoder_backward_atomic_bf16(dwte, dwpe, dout, inp, B: int, T: int, C: int, *, rng=None) -> None:
+    """Mirror of ``cuda.encoder_backward_atomic_bf16`` (every add rounded to bf16); see ``atomic_adds``."""
+    atomic_adds(dwte, dwpe, dout, inp, B, T, C, bf16_atomics=True, rng=rng)
+
+
+def atomic_adds(dwte, dwpe, dout, inp, B: int, T: int, C: int, *, bf16_atomics: bool, rng=None):
     """Mirror of the atomic backward: every (b, t) row is added into dwte and dwpe in a random order.
 
     ``bf16_atomics=False`` mirrors ``encoder_backward_atomic_fp32_kernel``: adds in fp32 (into copies, for

@@ -33,12 +33,13 @@ import numpy as np
 from .backend import backend_of
 from .layout import INT32_LIMIT, SMALL_BACKWARD_MAX_BT, STORAGE_DTYPES, dtype_name, pack_size
 from .memory import data_pointer, overlap, spans
+from .methods import BUCKETINGS, deterministic_methods
+from .methods import METHODS as METHOD_ROWS
 
-METHODS = ("bucketed", "chunked", "atomic", "atomic_bf16")
+#: The names ``method`` may take (``methods.METHODS``, where each one's properties live).
+METHODS = tuple(METHOD_ROWS)
 #: The methods that read a bucket table.
-DETERMINISTIC_METHODS = ("bucketed", "chunked")
-#: Where the deterministic methods' bucket table is built.
-BUCKETINGS = ("auto", "cpu", "gpu")
+DETERMINISTIC_METHODS = deterministic_methods()
 
 
 @dataclass(frozen=True)
@@ -279,8 +280,9 @@ def backward_args(dwte, dwpe, dout, inp, seed, method, check_ids, bucketing="aut
         raise ValueError(f"inp has T = {T} positions but dwpe has only {maxT} rows")
     check_index_range("dout", B * T * C, "B*T*C")
     check_index_range("dwte", V * C, "V*C")
-    if method == "atomic_bf16" and dtype != np.dtype(STORAGE_DTYPES[0]):
-        raise ValueError("method='atomic_bf16' needs bf16 gradients; use method='atomic' for fp32")
+    if not METHOD_ROWS[method].takes(dtype):
+        raise ValueError(f"method={method!r} needs {' or '.join(METHOD_ROWS[method].dtypes)} gradients, not "
+                         f"{dtype_name(dtype)}; use one of {[m.name for m in METHOD_ROWS.values() if m.takes(dtype)]}")
     check_disjoint({"dwte": dwte, "dwpe": dwpe}, {"dout": dout, "inp": inp})
     if check_ids:
         check_ids_in_range(inp, V)
@@ -300,7 +302,7 @@ def check_buckets(buckets, dims: Dims, method: str, bucketing: str) -> None:
     from .buckets import BucketTable
     from .gpu_buckets import DeviceBucketTable
 
-    if method not in DETERMINISTIC_METHODS:
+    if not METHOD_ROWS[method].needs_table:
         raise ValueError(f"buckets is read by the deterministic methods {DETERMINISTIC_METHODS}, not by "
                          f"method={method!r}; leave it out")
     if bucketing != "auto":
@@ -336,8 +338,8 @@ def check_buckets(buckets, dims: Dims, method: str, bucketing: str) -> None:
     positions = int(buckets.bt_list.shape[0])
     if positions != dims.B * dims.T:
         raise ValueError(f"buckets holds {positions} positions, but inp has B*T = {dims.B * dims.T}")
-    if device_table and method == "bucketed":
-        buckets.require_bucket_rows("method='bucketed'")
+    if device_table and METHOD_ROWS[method].bucket_rows:
+        buckets.require_bucket_rows(f"method={method!r}")
 
 
 def check_int(name: str, value, *, minimum: int | None = None, maximum: int | None = None) -> int:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import gpt2enc_edu as enc
-from gpt2enc_edu import compare, cuda, mirror
+from gpt2enc_edu import compare, cuda, methods, mirror
 from gpt2enc_edu.layout import CHUNK_ITEMS, SMALL_BACKWARD_MAX_BT, SMALL_BACKWARD_THREADS
 from gpt2enc_edu.problems import random_problem
 from gpt2enc_edu.rounding import bfloat16
@@ -60,9 +60,9 @@ def test_the_kernels_mirror_gives_the_chunked_bits(rng, dtype, shape):
 
 def test_the_kernel_takes_one_sequence():
     assert SMALL_BACKWARD_MAX_BT == 2 * SMALL_BACKWARD_THREADS == 32 * CHUNK_ITEMS
-    assert cuda.small_backward_fits(1024, 50257)
-    assert not cuda.small_backward_fits(1025, 50257)
-    assert not cuda.small_backward_fits(1, 1 << 23)  # its ids must fit the key beside a 10-bit position
+    assert methods.small_backward_fits(1024, 50257)
+    assert not methods.small_backward_fits(1025, 50257)
+    assert not methods.small_backward_fits(1, 1 << 23)  # its ids must fit the key beside a 10-bit position
     p = random_problem(1, 1025, 8, 10)
     before = p.dwte.copy(), p.dwpe.copy()
     with pytest.raises(ValueError, match="at most 1024 ids"):
@@ -71,16 +71,16 @@ def test_the_kernel_takes_one_sequence():
 
 
 def test_one_launch_is_decided_in_one_place():
-    """``cuda.one_launch_backward``, which the dispatch, the adapter, the bench and the sanitizer driver ask: the
+    """``methods.one_launch_backward``, which the dispatch, the adapter, the bench and the sanitizer driver ask: the
     chunked method, its table left to the GPU in the call, and a batch the kernel takes."""
-    assert cuda.one_launch_backward("chunked", "auto", SMALL_BACKWARD_MAX_BT, 50257)
-    assert cuda.one_launch_backward("chunked", "gpu", 1, 50257)
-    assert not cuda.one_launch_backward("chunked", "gpu", SMALL_BACKWARD_MAX_BT + 1, 50257)  # too many ids
-    assert not cuda.one_launch_backward("chunked", "gpu", 1, 1 << 23)  # ids too large for its keys
-    assert not cuda.one_launch_backward("chunked", "cpu", 1, 50257)  # the table comes from the host
-    assert not cuda.one_launch_backward("chunked", "auto", 1, 50257, buckets_given=True)  # the table is given
+    assert methods.one_launch_backward("chunked", "auto", SMALL_BACKWARD_MAX_BT, 50257)
+    assert methods.one_launch_backward("chunked", "gpu", 1, 50257)
+    assert not methods.one_launch_backward("chunked", "gpu", SMALL_BACKWARD_MAX_BT + 1, 50257)  # too many ids
+    assert not methods.one_launch_backward("chunked", "gpu", 1, 1 << 23)  # ids too large for its keys
+    assert not methods.one_launch_backward("chunked", "cpu", 1, 50257)  # the table comes from the host
+    assert not methods.one_launch_backward("chunked", "auto", 1, 50257, buckets_given=True)  # the table is given
     for method in ("bucketed", "atomic", "atomic_bf16"):
-        assert not cuda.one_launch_backward(method, "gpu", 1, 50257)
+        assert not methods.one_launch_backward(method, "gpu", 1, 50257)
 
 
 @pytest.mark.gpu

@@ -28,6 +28,7 @@ import numpy as np
 
 from .. import cuda, gpu_buckets
 from ..encoder import encoder_backward, encoder_forward, make_buckets
+from ..methods import ATOMIC, ATOMIC_BF16, BUCKETED, CHUNKED, one_launch_backward
 from ..rounding import bfloat16
 from ..tokens import GPT2_VOCAB_SIZE, KINDS
 from ..validate import check_ids_in_range
@@ -128,34 +129,34 @@ def _backward(w: Workload, **options) -> Timed:
 
 def case_atomic_fp32(w: Workload) -> Timed:
     """Atomic backward accumulating in fp32 copies of the gradients, rounded back to bf16 (nondeterministic)."""
-    return _backward(w, method="atomic")
+    return _backward(w, method=ATOMIC.name)
 
 
 def case_atomic_bf16(w: Workload) -> Timed:
     """Atomic backward with bf16 atomics on the gradients themselves (nondeterministic, lossy)."""
-    return _backward(w, method="atomic_bf16")
+    return _backward(w, method=ATOMIC_BF16.name)
 
 
 def case_bucketed_cpu(w: Workload) -> Timed:
     """Deterministic backward, bucket table built on the CPU: ids to the host, NumPy, table back (a sync)."""
-    return _backward(w, method="bucketed", bucketing="cpu")
+    return _backward(w, method=BUCKETED.name, bucketing="cpu")
 
 
 def case_bucketed_gpu(w: Workload) -> Timed:
     """Deterministic backward, bucket table built on the GPU (no host sync)."""
-    return _backward(w, method="bucketed", bucketing="gpu")
+    return _backward(w, method=BUCKETED.name, bucketing="gpu")
 
 
 def case_chunked_gpu(w: Workload) -> Timed:
     """Deterministic backward with the chunked wte kernel (one warp per 32-item chunk), GPU bucketing; at most 1024
     ids in one launch that builds no table (``chunked_call_builds_table``)."""
-    return _backward(w, method="chunked", bucketing="gpu")
+    return _backward(w, method=CHUNKED.name, bucketing="gpu")
 
 
 def chunked_call_builds_table(B: int, T: int = T_GPT2) -> bool:
     """Whether ``chunked_gpu`` builds a bucket table at this shape: not for at most 1024 ids, which one kernel sums
     with its own sort of the ids (``cuda.encoder_backward_small``); so its pieces are then those of the table path."""
-    return not cuda.one_launch_backward("chunked", "gpu", B * T, GPT2_VOCAB_SIZE)
+    return not one_launch_backward(CHUNKED.name, "gpu", B * T, GPT2_VOCAB_SIZE)
 
 
 def _backward_table_ahead(w: Workload, method: str) -> Timed:
@@ -168,12 +169,12 @@ def _backward_table_ahead(w: Workload, method: str) -> Timed:
 
 def case_chunked_ahead(w: Workload) -> Timed:
     """The chunked deterministic backward with the table built ahead: the wpe kernel beside the wte kernels."""
-    return _backward_table_ahead(w, "chunked")
+    return _backward_table_ahead(w, CHUNKED.name)
 
 
 def case_bucketed_ahead(w: Workload) -> Timed:
     """The bucketed deterministic backward with the table built ahead."""
-    return _backward_table_ahead(w, "bucketed")
+    return _backward_table_ahead(w, BUCKETED.name)
 
 
 # ---------------------------------------------------------------------------------------------- the pieces

@@ -25,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..methods import DEFAULT_METHOD, METHODS
+from ..rounding import bfloat16
 from ..tokens import GPT2_VOCAB_SIZE, gpt2_sample_ids
 from ..torch import GPT2Embedding
 
@@ -119,7 +121,7 @@ class Block(nn.Module):
 class TinyGPT(nn.Module):
     """Encoder, ``n_layer`` blocks, final LayerNorm, LM head tied to ``wte``; ``forward`` returns the loss."""
 
-    def __init__(self, cfg: Config, vocab_size: int, *, encoder: str, method: str = "chunked", device,
+    def __init__(self, cfg: Config, vocab_size: int, *, encoder: str, method: str = DEFAULT_METHOD, device,
                  generator: torch.Generator | None = None):
         super().__init__()
         kw = {"dtype": cfg.dtype, "device": device}
@@ -181,7 +183,7 @@ def deterministic_algorithms(flag: bool):
         torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])
 
 
-def train(cfg: Config, *, encoder: str = "ours", method: str = "chunked", deterministic: bool = True,
+def train(cfg: Config, *, encoder: str = "ours", method: str = DEFAULT_METHOD, deterministic: bool = True,
           seed: int = 1337, device="cpu") -> Run:
     """Train a fresh ``TinyGPT`` for ``cfg.steps`` AdamW steps; ``deterministic`` sets PyTorch's switch."""
     device = torch.device(device)
@@ -207,12 +209,13 @@ def train(cfg: Config, *, encoder: str = "ours", method: str = "chunked", determ
     return Run(losses, digest(losses), digest(*model.parameters()), 1e3 * float(np.median(times[1:] or times)))
 
 
-#: The encoders ``time_encoders`` times: (label, encoder, method, check_ids, deterministic algorithms).
+#: The encoders ``time_encoders`` times: (label, encoder, method, check_ids, deterministic algorithms): ours with
+#: the default method, also without the id check, then with every other method; PyTorch's with and without its
+#: deterministic algorithms.
 ENCODER_VARIANTS = [
-    ("ours, chunked", "ours", "chunked", True, True),
-    ("ours, chunked, check_ids=False", "ours", "chunked", False, True),
-    ("ours, bucketed", "ours", "bucketed", True, True),
-    ("ours, atomic_bf16", "ours", "atomic_bf16", True, True),
+    (f"ours, {DEFAULT_METHOD}", "ours", DEFAULT_METHOD, True, True),
+    (f"ours, {DEFAULT_METHOD}, check_ids=False", "ours", DEFAULT_METHOD, False, True),
+    *((f"ours, {name}", "ours", name, True, True) for name in METHODS if name != DEFAULT_METHOD),
     ("nn.Embedding, deterministic", "torch", None, True, True),
     ("nn.Embedding, not deterministic", "torch", None, True, False),
 ]
@@ -228,7 +231,7 @@ def time_encoders(B: int, T: int, C: int, V: int, *, dtype, device, repeats: int
     dout = torch.randn(B, T, C, generator=torch.Generator().manual_seed(0)).to(device, dtype)
     times = {}
     for label, encoder, method, check_ids, deterministic in ENCODER_VARIANTS:
-        if method == "atomic_bf16" and dtype != torch.bfloat16:
+        if method is not None and not METHODS[method].takes(bfloat16 if dtype == torch.bfloat16 else np.float32):
             continue
         if encoder == "ours":
             module = GPT2Embedding(V, T, C, dtype=dtype, device=device, method=method, check_ids=check_ids)
