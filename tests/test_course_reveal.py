@@ -1,0 +1,52 @@
+"""``course.reveal``: a build-it's answer stays closed until the learner's check passed or the learner asks."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpt2enc_edu.course import perthread, reveal, skeletons
+from gpt2enc_edu.course.verdict import Verdict
+from gpt2enc_edu.loader import kernel_source
+
+
+@pytest.fixture
+def shown(monkeypatch):
+    """What ``reveal`` displays, as (language, text) pairs."""
+    seen = []
+    monkeypatch.setattr(reveal, "_show", lambda text, language: seen.append((language, text)))
+    return seen
+
+
+def failed_verdict(exercise: str) -> Verdict:
+    return Verdict(exercise=exercise, passed=False, message="not done yet")
+
+
+@pytest.mark.parametrize("name", sorted(reveal.PER_THREAD))
+def test_closed_until_unlocked(name, shown, capsys):
+    assert reveal.perthread(name, unlocked=failed_verdict(name)) is False
+    assert reveal.kernel(name, unlocked=False) is False
+    said = capsys.readouterr().out
+    assert shown == [] and "def " not in said and "__global__" not in said
+    assert f"reveal.perthread({name!r}, unlocked=True)" in said and f"reveal.kernel({name!r}, unlocked=True)" in said
+
+
+@pytest.mark.parametrize("name", sorted(reveal.PER_THREAD))
+def test_open_once_unlocked(name, shown):
+    assert reveal.perthread(name, unlocked=True) and reveal.kernel(name, unlocked=True)
+    (language, text), (cuda, source) = shown
+    assert language == "python" and text.startswith(f"def {reveal.PER_THREAD[name].__name__}(cuda")
+    assert getattr(perthread, reveal.PER_THREAD[name].__name__) is reveal.PER_THREAD[name]
+    assert cuda == "cuda" and source == kernel_source(skeletons.KERNEL_EXERCISES[name].file)
+    assert skeletons.KERNEL_EXERCISES[name].kernel in source
+
+
+def test_every_kernel_build_it_has_a_per_thread_form():
+    assert set(reveal.PER_THREAD) == set(skeletons.KERNEL_EXERCISES)
+
+
+def test_unknown_name_is_refused(shown):
+    with pytest.raises(ValueError, match="'forward'"):
+        reveal.perthread("forwards", unlocked=True)
+    with pytest.raises(ValueError, match="'wpe'"):
+        reveal.kernel("wpee", unlocked=True)
+    assert shown == []
