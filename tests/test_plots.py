@@ -179,6 +179,21 @@ def test_chunk_units_draws_one_bar_per_chunk():
     bars = [len(collection.get_paths()) for collection in ax.collections]
     assert bars == [3, 2, 1]  # 70 -> 32 + 32 + 6, 33 -> 32 + 1, 5 -> 5
     assert [t.get_text() for t in ax.get_yticklabels()] == ["token 7", "token 3", "token 1"]
+    assert ax.texts[0].get_text() == "3 units = 3 warps"  # C=256 in bf16: one channel group
+
+
+def test_token_flow_draws_a_warp_per_chunk_and_group_and_one_combine():
+    inp = np.array([[7] * 70 + [3] * 33 + [1] * 5], dtype=np.int32)
+    table = enc.make_buckets(inp, 768, enc.bfloat16)  # 3 channel groups
+    ax = plots.token_flow(table)  # token 7: 70 positions -> chunks of 32, 32, 6
+    texts = [t.get_text() for t in ax.texts]
+    assert texts.count("warp") == 3 * 3
+    assert [t for t in texts if t.startswith("chunk")] == [f"chunk {k}\n{n} pos.\nbt {a}..{b}" for k, n, a, b in
+                                                          ((0, 32, 0, 31), (1, 32, 32, 63), (2, 6, 64, 69))]
+    assert sum(t.startswith("combine:") for t in texts) == 1
+    assert "token 7: 70 positions -> 3 chunks" in ax.get_title()
+    with pytest.raises(ValueError, match="token 5"):
+        plots.token_flow(table, token=5)
 
 
 # ---------------------------------------------------------------------------------------------- timing plots

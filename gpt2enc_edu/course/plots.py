@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..layout import pack_size
+from ..layout import c_per_group, pack_size
 
 #: Resolution of the figures made here: enough for a notebook, small in the stored .ipynb.
 DPI = 80
@@ -193,11 +193,12 @@ def gantt_comparison(schedules: Mapping[str, object], *, title: str | None = Non
 
 def chunk_units(table, *, chunk: int = 32, top: int = 12, ax=None, title: str | None = None):
     """The chunked wte kernel's work: the ``top`` largest tokens of a bucket table, each drawn as its row
-    of 32-position chunks (one warp each), against what the bucketed kernel gives the same token (one
-    block of 8 warps). Bar length = positions; the bucketed kernel's time grows with the longest bar, the
-    chunked kernel's with the longest chunk."""
+    of 32-position chunks (one unit each, one warp per unit and channel group), against what the bucketed
+    kernel gives the same token (one block of 8 warps per channel group). Bar length = positions; the bucketed
+    kernel's time grows with the longest bar, the chunked kernel's with the longest chunk."""
     sizes = np.asarray(table.sizes)[np.asarray(table.c_groups) == 0][:top]
     tokens = np.asarray(table.token_ids)[np.asarray(table.c_groups) == 0][:top]
+    groups = int(table.num_c_groups)
     ax = axes_or_new(ax, (7.0, 0.3 * len(sizes) + 1.4))
     import matplotlib.pyplot as plt
 
@@ -206,11 +207,13 @@ def chunk_units(table, *, chunk: int = 32, top: int = 12, ax=None, title: str | 
         starts = list(range(0, size, chunk))
         ax.broken_barh([(s, min(chunk, size - s)) for s in starts], (row - 0.4, 0.8),
                        facecolors=[colors(i % 2) for i in range(len(starts))], edgecolors="white", linewidth=0.3)
-        ax.text(size + 3, row, f"{len(starts)} warp{'s' if len(starts) > 1 else ''}", va="center", fontsize=7)
+        ax.text(size + 3, row, f"{len(starts)} unit{'s' if len(starts) > 1 else ''} = {len(starts) * groups} warps",
+                va="center", fontsize=7)
     ax.set_yticks(range(len(sizes)), [f"token {t}" for t in tokens.tolist()], fontsize=7)
     ax.set_ylim(len(sizes) - 0.5, -0.5)
-    ax.set_xlabel(f"positions of the token in the batch (alternating colours: one {chunk}-position chunk = one warp)")
-    ax.set_xlim(0, max(sizes.max(initial=1) * 1.12, chunk))
+    ax.set_xlabel(f"positions of the token in the batch (alternating colours: one {chunk}-position chunk = one unit "
+                  f"= {groups} warps, one per channel group)")
+    ax.set_xlim(0, max(sizes.max(initial=1) * 1.25, chunk))
     if title:
         ax.set_title(title, fontsize=10)
     return ax
@@ -298,4 +301,62 @@ def round_up_probability(fraction, observed, *, ax=None, title: str | None = Non
     ax.legend(fontsize=8)
     if title:
         ax.set_title(title)
+    return ax
+
+
+def token_flow(table, token: int | None = None, *, chunk: int = 32, max_chunks: int = 16, ax=None,
+               title: str | None = None):
+    """How the chunked wte kernels sum one token: its positions (from ``bt_list``) cut into chunks of ``chunk``,
+    one warp per (chunk, channel group), one partial sum per chunk, and the one combine that adds the partials
+    in chunk order. ``token`` defaults to the table's most frequent one; at most ``max_chunks`` chunks are
+    drawn (the title says when there are more)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    units = np.asarray(table.units)
+    token = int(units[0, 0]) if token is None else int(token)
+    mine = units[units[:, 0] == token]
+    if not len(mine):
+        raise ValueError(f"token {token} is not in the table")
+    start, size = int(mine[0, 2]), int(mine[0, 3])
+    positions = np.asarray(table.bt_list)[start : start + size]
+    groups = int(table.num_c_groups)
+    per_group = c_per_group(table.dtype)
+    n_chunks = len(mine)
+    shown = min(n_chunks, max_chunks)
+    ax = axes_or_new(ax, (min(max(2.5 + 0.75 * shown, 6.0), 13.0), 1.2 + 0.55 * (groups + 3)))
+    colors = plt.get_cmap("tab10")
+    rows = {"positions": groups + 2, **{f"group {g}": groups + 1 - g for g in range(groups)}, "partials": 1,
+            "combine": 0}
+
+    def box(x, y, w, text, color, fontsize=6):
+        ax.add_patch(Rectangle((x - w / 2, y - 0.32), w, 0.64, facecolor=color, edgecolor="0.3", linewidth=0.5))
+        ax.text(x, y, text, ha="center", va="center", fontsize=fontsize)
+
+    for k in range(shown):
+        items = positions[k * chunk : (k + 1) * chunk]
+        ax.plot([k, k], [rows["partials"], rows["positions"]], color="0.6", linewidth=0.6, zorder=0)
+        ax.plot([k, shown / 2 - 0.5], [rows["partials"], rows["combine"]], color="0.6", linewidth=0.6, zorder=0)
+        box(k, rows["positions"], 0.9, f"chunk {k}\n{len(items)} pos.\nbt {items[0]}..{items[-1]}",
+            colors(k % 2), fontsize=5)
+        for g in range(groups):
+            box(k, rows[f"group {g}"], 0.8, "warp", plt.get_cmap("Pastel1")(g))
+        box(k, rows["partials"], 0.8, f"$p_{{{k}}}$", "0.92", fontsize=7)
+    more = f" + ... + $p_{{{n_chunks - 1}}}$" if n_chunks > 2 else ""
+    box(shown / 2 - 0.5, rows["combine"], shown - 0.1,
+        f"combine: dwte = round((($p_0$ + $p_1$){more}) + old dwte), once per channel" if n_chunks > 1
+        else "a single chunk: its warps finish dwte themselves", "lightyellow", fontsize=7)
+    labels = {"positions": "positions\n(bt_list)", "partials": "partial sums\n(fp32, C each)",
+              "combine": "combine kernel"}
+    for g in range(groups):
+        labels[f"group {g}"] = f"group {g}: ch. {g * per_group}..{min((g + 1) * per_group, table.C) - 1}"
+    ax.set_yticks(list(rows.values()), [labels[name] for name in rows], fontsize=7)
+    ax.set_xticks([])
+    ax.set_xlim(-0.6, shown - 0.4)
+    ax.set_ylim(-0.6, groups + 2.6)
+    for side in ("top", "right", "bottom"):
+        ax.spines[side].set_visible(False)
+    ax.set_title(title or (f"token {token}: {size} positions -> {n_chunks} chunks (units) -> {n_chunks} x {groups} "
+                           f"warps -> {n_chunks} partial sums -> one combine"
+                           + (f" (first {shown} chunks drawn)" if shown < n_chunks else "")), fontsize=9)
     return ax
