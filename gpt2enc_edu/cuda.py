@@ -2,20 +2,14 @@
 
 The public calls (``gpt2enc_edu.encoder_*``) validate first and then call these, as they call the functions
 of the same names in ``mirror.py`` for NumPy arrays. Compiling and launching is ``loader.py``'s job; the bucket
-table on the GPU is ``gpu_buckets.py``'s. Launch shapes come from ``layout.py``.
+table on the GPU is ``buckets.gpu``'s. Launch shapes come from ``layout.py``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .gpu_buckets import (
-    DeviceBucketTable,
-    bucketing_route,
-    build_bucket_table_gpu,
-    max_multi_chunk_units,
-    to_device,
-)
+from .buckets import DeviceBucketTable, bucketing_route, build_bucket_table_gpu, max_multi_chunk_units, to_device
 from .layout import (
     ATOMIC_ROWS,
     BLOCK_SIZE,
@@ -34,8 +28,8 @@ from .layout import (
     wpe_blocks_beside_table,
 )
 from .loader import blocks_per_sm, cupy_module, device_facts, get_kernel, launch
-from .methods import one_launch_backward
-from .validate import check_choice, check_small_backward_batch
+from .methods import check_small_backward_batch, one_launch_backward
+from .checks import check_choice
 
 #: The forward's versions (kernels/encoder_forward.cu): kernel name, and threads for (B, T, C, pack size).
 FORWARD_VERSIONS = {

@@ -3,7 +3,7 @@
     user call (NumPy or CuPy arrays)
       -> validate  (everything, before anything is written)
       -> dispatch  (NumPy -> mirror.py, CuPy -> cuda.py)
-      -> bucket table, for the deterministic methods (buckets.py with NumPy, or gpu_buckets.py on the GPU:
+      -> bucket table, for the deterministic methods (buckets.host with NumPy, or buckets.gpu on the GPU:
          the same table either way)
       -> kernel | mirror
 """
@@ -13,8 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import backend, cuda, memory, mirror, validate
-from .buckets import BucketTable, build_bucket_table, same_table
-from .gpu_buckets import build_bucket_table_gpu
+from .buckets import BucketTable, build_bucket_table, build_bucket_table_gpu, same_table
 from .loader import cupy_module
 from .methods import DEFAULT_METHOD, METHODS
 
@@ -69,7 +68,7 @@ def make_buckets(inp, C: int, dtype, *, V: int | None = None, check_ids: bool = 
     ``inp`` is a (B, T) int32 array, ``C`` the channel count, ``dtype`` the storage dtype (it sets the
     channel-group width: 256 for bf16, 128 for fp32). See ``gpt2enc_edu.buckets`` for the order.
     A NumPy ``inp`` gives a ``BucketTable`` built with NumPy. A CuPy ``inp`` builds the same table on the
-    GPU, on the current stream, and returns a ``gpu_buckets.DeviceBucketTable`` in memory of its own
+    GPU, on the current stream, and returns a ``buckets.DeviceBucketTable`` in memory of its own
     (``.to_host()`` gives the ``BucketTable``); it needs ``V``, the vocabulary size.
 
     The ids are checked first: no id below 0, and where ``V`` is given none at ``V`` or above (on the GPU, a
@@ -116,7 +115,7 @@ def encoder_backward(dwte, dwpe, dout, inp, *positional, seed=validate.SEED_REQU
         The deterministic methods round bf16 stochastically, keyed by ``seed`` and the element.
     bucketing : where the bucket table of a deterministic method is built: ``"cpu"`` (NumPy; for CuPy
         arrays this copies the ids to the host and the table back, as llm.c does), ``"gpu"`` (built on
-        the GPU with no host round trip, by ``gpu_buckets.bucketing_route``'s route; CuPy arrays only), or
+        the GPU with no host round trip, by ``buckets.bucketing_route``'s route; CuPy arrays only), or
         ``"auto"`` (``"gpu"`` for CuPy arrays, ``"cpu"`` for NumPy). Both give the same table, hence the same bits.
     buckets : the bucket table of these ids, built ahead with ``make_buckets(inp, C, dtype, V=V)`` (deterministic
         methods only; ``bucketing`` then stays ``"auto"``). The call then only sums: in a training step the ids

@@ -22,8 +22,8 @@ loops here, so the order of every sum is the kernel's order.
 * ``encoder_backward_atomic`` / ``encoder_backward_atomic_bf16`` <-> ``encoder_backward_atomic_fp32_kernel`` /
   ``..._bf16_kernel``
 * the bucket table's kernels have their twins: the scatter route (``bucketing_scatter.cu``, five kernels) in
-  ``mirror_bucketing_scatter.py``, the cooperative ``bucketing_kernel`` phase by phase in ``mirror_bucketing.py``,
-  the one-block ``bucketing_small_kernel`` in ``mirror_bucketing_small.py``
+  ``buckets/mirror_scatter.py``, the cooperative ``bucketing_kernel`` phase by phase in ``buckets/mirror_cooperative.py``,
+  the one-block ``bucketing_small_kernel`` in ``buckets/mirror_small.py``
 
 Deterministic kernels (forward, wpe backward, bucketed and chunked wte backward) therefore give the GPU's
 bits exactly. The atomic kernels' order is decided by the hardware at run time; their mirror draws a fresh
@@ -37,6 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from .buckets import BucketTable
+from .methods import check_small_backward_batch
 from .layout import (
     CHUNK_ITEMS,
     SMALL_BACKWARD_MAX_BT,
@@ -57,7 +58,6 @@ from .rounding import (
     to_bf16_nearest,
     to_float,
 )
-from .validate import check_small_backward_batch
 
 #: How many buckets (units) the bucketed (chunked) wte mirror processes at once: bounds memory, not the result.
 _BUCKETS_PER_STEP = 1024
