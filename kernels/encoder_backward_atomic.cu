@@ -170,9 +170,11 @@ extern "C" __global__ void encoder_backward_atomic_narrow_kernel(floatX* dwte, f
 
 #ifndef ENC_FP32
 // bf16 atomics on pairs: one 32-bit atomic updates two neighbouring bf16 values. Only sm_90 and newer have a
-// native instruction (CUDA's cuda_bf16.hpp emits atom.add.noftz.bf16x2 under NV_PROVIDES_SM_90); for sm_80
-// the header's atomicAdd is itself a compare-and-swap loop, and below sm_80 (a T4 is sm_75) there is no
-// bf16 atomicAdd at all, so the loop below does the same: just as correct, only slower.
+// native instruction (cuda_bf16.hpp emits atom.add.noftz.bf16x2 under NV_PROVIDES_SM_90); below it the
+// header's atomicAdd is a compare-and-swap loop on the 32-bit word. CUDA 12.2 and newer (13 included) declare
+// that atomicAdd for every architecture; CUDA 12.0 and 12.1 only from sm_80. So below sm_80 (a T4 is sm_75)
+// the kernel writes the same loop itself: equivalent, not required on a newer toolkit, and it keeps the
+// older ones compiling. Either way every add is rounded to bf16, as the native instruction rounds.
 __device__ __forceinline__ void atomic_add_bf16x2(__nv_bfloat162* target, __nv_bfloat162 value) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
     atomicAdd(target, value);

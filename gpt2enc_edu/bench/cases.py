@@ -10,7 +10,7 @@ real GPT-2 text):
   before the timed call, ``encoder_backward(..., buckets=table)``: the backward of a training step whose table
   was built in the forward, as the PyTorch adapter does);
 * ``piece``: the kernels those calls are made of, one at a time through the launchers of ``gpt2enc_edu.cuda``
-  and ``gpu_buckets`` (no validation): the forward kernel, the wpe kernel, the GPU bucket table (whole, and as the
+  and ``buckets`` (no validation): the forward kernel, the wpe kernel, the GPU bucket table (whole, and as the
   chunked method builds it: no bucket rows), the bucketed and the chunked wte kernel with the table ready. They say
   where the time of a whole call goes;
 * ``torch``, when ``import torch`` works and it sees the GPU: ``F.embedding`` + the position add, and the
@@ -26,7 +26,8 @@ from typing import Callable
 
 import numpy as np
 
-from .. import cuda, gpu_buckets
+from .. import cuda
+from ..buckets import build_bucket_table_gpu
 from ..encoder import encoder_backward, encoder_forward, make_buckets
 from ..methods import ATOMIC, ATOMIC_BF16, BUCKETED, CHUNKED, one_launch_backward
 from ..rounding import bfloat16
@@ -190,23 +191,23 @@ def case_wpe_kernel(w: Workload) -> Timed:
 
 
 def case_gpu_buckets(w: Workload) -> Timed:
-    """The GPU bucket table alone, by the route ``encoder_backward(bucketing="gpu")`` takes (``gpu_buckets``)."""
+    """The GPU bucket table alone, by the route ``encoder_backward(bucketing="gpu")`` takes (``buckets.gpu``)."""
     w.check_ids()
-    return Timed(lambda: gpu_buckets.build_bucket_table_gpu(w.inp, w.C, bfloat16, w.V), w.stream)
+    return Timed(lambda: build_bucket_table_gpu(w.inp, w.C, bfloat16, w.V), w.stream)
 
 
 def case_gpu_buckets_units(w: Workload) -> Timed:
     """The GPU bucket table as the chunked method builds it (``bucket_rows=False``: units, bt_list and counters; the
     one-block route then skips the bucket rows, the scatter route writes only the big tokens')."""
     w.check_ids()
-    return Timed(lambda: gpu_buckets.build_bucket_table_gpu(w.inp, w.C, bfloat16, w.V, bucket_rows=False), w.stream)
+    return Timed(lambda: build_bucket_table_gpu(w.inp, w.C, bfloat16, w.V, bucket_rows=False), w.stream)
 
 
 def _table_ready(w: Workload):
     """A GPU-built table of the workload's ids, finished before the timing starts."""
     w.check_ids()
     with w.stream:
-        table = gpu_buckets.build_bucket_table_gpu(w.inp, w.C, bfloat16, w.V)
+        table = build_bucket_table_gpu(w.inp, w.C, bfloat16, w.V)
     w.stream.synchronize()
     return table
 

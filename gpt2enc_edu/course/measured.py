@@ -12,7 +12,7 @@ benchmark's folder the notebooks read (``GPT2ENC_BENCH_DIR`` names another).
 * ``forward_versions``: versions 1, 2 and 3 of the forward kernel (``cuda.encoder_forward_version``) at
   a few batch sizes, with the memory floor (minimal bytes over a device copy rate measured in the same run);
 * ``bucketing_phases``: the GPU bucketing kernel's cost split by phase at B=1 and B=64
-  (``gpu_buckets.phase_times_us``: runs stopped after each phase, differences taken).
+  (``buckets.gpu.phase_times_us``: runs stopped after each phase, differences taken).
 
 Timing: CUDA events around each call, median of ``repeats``; before every repeat a buffer of twice the L2
 size is overwritten so that inputs come from HBM.
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import gpu_buckets
+from ..buckets import gpu as gpu_buckets
 from ..rounding import bfloat16
 from ..tokens import make_ids
 
@@ -145,7 +145,7 @@ def measure_forward_versions(cupy, batches=FORWARD_BATCHES, repeats: int = 50) -
 
 def measure_bucketing_phases(cupy, runs=((1, "small"), (1, "scatter"), (64, "scatter"), (64, "cooperative")),
                              repeats: int = 20) -> dict:
-    """The GPU bucket table, phase by phase (``gpu_buckets.phase_times_us``), for each (batch size, route): the
+    """The GPU bucket table, phase by phase (``buckets.gpu.phase_times_us``), for each (batch size, route): the
     default routes (the one-block kernel for one sequence, the scatter route up to 65,536 ids) and, for
     comparison, the scatter route at B = 1 and the cooperative kernel at B = 64."""
     measured = []
