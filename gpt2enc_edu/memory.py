@@ -1,22 +1,34 @@
 """Which memory an array covers, and a lock that serializes calls writing the same memory.
 
 ``spans(array)`` lists the regions an array occupies: its address range (host or device: CUDA's unified
-addressing gives every device allocation its own range), and, for arrays mapped from a file with
-``numpy.memmap`` (or views of one, plain or not), the byte range of the file, keyed by the file's device
-and inode. Two memory maps of one file sit at different addresses but write the same bytes; comparing file
-ranges is what lets the overlap check and the lock see that.
+addressing gives every device allocation its own range), and, for host arrays mapped from a file, the byte
+range of the file, keyed by the file's device and inode. Two memory maps of one file sit at different
+addresses but write the same bytes; comparing file ranges is what lets the overlap check and the lock see
+that. The file is identified from the map itself, not from a name: where ``/proc/self/maps`` exists (Linux),
+the mapping that holds the array's address gives the device, the inode and the file offset, so a map made
+before the file was renamed, a map over an ``os.fdopen`` file object or an ``mmap.mmap`` wrapped with
+``np.frombuffer`` are all seen to be the same memory as a map of the file by its current name. Elsewhere
+(macOS, Windows) only ``numpy.memmap`` arrays have a file span, found from the name the map was made with
+(``os.stat``), which a rename since then defeats.
 
-``SPAN_LOCK`` is the package's one lock: after validation, a public call holds the memory it writes
-(exclusively) and reads (shared with other readers) while it runs the mirror or queues the kernels.
+``SPAN_LOCK`` is the package's one lock: a public call holds the memory it writes (exclusively) and reads
+(shared with other readers) while it validates its arguments and runs the mirror or queues the kernels, so
+the ids and flags it checked are the ones it runs on.
 Calls that share no written memory run side by side. A call takes all its regions at once or waits, so
 there is no lock order and no deadlock. For CuPy arrays the lock orders the *launches*: work
 queued on one stream runs in that order, work on different streams is ordered by the caller, as for
 every CuPy operation.
+
+``deferred_interrupt()`` holds back ``KeyboardInterrupt`` (SIGINT) for a block: the NumPy path computes a
+call's results into private buffers and copies them into the outputs inside it, so an interrupt leaves every
+output as it was or entirely written.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
+import signal
 import threading
 from contextlib import contextmanager
 
@@ -32,19 +44,56 @@ def data_pointer(array) -> int:
     return int(array.__array_interface__["data"][0])
 
 
-def _file_identity(filename: str):
-    try:
-        stat = os.stat(filename)
-    except OSError:
-        return ("path", os.path.abspath(filename))
-    return ("file", stat.st_dev, stat.st_ino)
+#: Where Linux lists the process's mappings: address range, permissions, file offset, device, inode, path.
+PROC_MAPS = "/proc/self/maps"
 
 
-def _file_span(array):
-    """``(file key, first byte, end byte)`` of a host array mapped from a file, else ``None``.
+def _mapped_root(array):
+    """The ``mmap.mmap`` that ``array``'s memory belongs to, through views, ``numpy.memmap`` and memoryviews.
 
-    Walks the ``.base`` chain to the ``numpy.memmap`` that owns the map (its base is the ``mmap`` object):
-    that array's first element sits at the file offset ``offset``.
+    ``None`` for memory of any other kind (NumPy's own allocations, bytes, other buffers): those are not
+    mapped from a file, and ``spans`` does not look them up.
+    """
+    obj = array
+    while obj is not None:
+        if isinstance(obj, mmap.mmap):
+            return obj
+        if isinstance(obj, np.ndarray):
+            obj = obj.base
+        elif isinstance(obj, memoryview):
+            obj = obj.obj
+        else:
+            return None
+    return None
+
+
+def _maps_entry(address: int):
+    """``(st_dev, st_ino, file offset of address)`` of the file mapping that holds ``address``.
+
+    Read from ``/proc/self/maps``: the device and inode of the file mapped there, as ``os.stat`` would give
+    them, whatever name the file has now or was opened by. ``None`` when the address lies in no file mapping.
+    Raises ``OSError`` where the file cannot be read (no ``/proc``).
+    """
+    with open(PROC_MAPS, "rb") as listing:
+        lines = listing.read().splitlines()
+    for line in lines:
+        fields = line.split(maxsplit=5)
+        low, high = (int(x, 16) for x in fields[0].split(b"-"))
+        if low <= address < high:
+            inode = int(fields[4])
+            if inode == 0:  # anonymous memory
+                return None
+            major, minor = (int(x, 16) for x in fields[3].split(b":"))
+            return os.makedev(major, minor), inode, int(fields[2], 16) + address - low
+    return None
+
+
+def _memmap_by_name(array):
+    """``(key, first byte)`` in its file of a ``numpy.memmap`` (or a view of one), from the map's file name.
+
+    The fallback where ``/proc/self/maps`` is absent: walks the ``.base`` chain to the ``numpy.memmap`` that
+    owns the map, whose first element sits at the file offset ``offset``, and identifies the file by
+    ``os.stat`` of the name the map was made with. ``None`` for other arrays.
     """
     root = array
     while isinstance(getattr(root, "base", None), np.ndarray):
@@ -52,8 +101,31 @@ def _file_span(array):
     filename = getattr(root, "filename", None)
     if not isinstance(root, np.memmap) or filename is None:
         return None
-    start = int(root.offset) + data_pointer(array) - data_pointer(root)
-    return (_file_identity(filename), start, start + array.nbytes)
+    try:
+        stat = os.stat(filename)
+        key = ("file", stat.st_dev, stat.st_ino)
+    except OSError:
+        key = ("path", os.path.abspath(filename))
+    return key, int(root.offset) + data_pointer(array) - data_pointer(root)
+
+
+def _file_span(array):
+    """``(file key, first byte, end byte)`` of a host array mapped from a file, else ``None``."""
+    if _mapped_root(array) is None:
+        return None
+    try:
+        entry = _maps_entry(data_pointer(array))
+    except OSError:
+        found = _memmap_by_name(array)
+        if found is None:
+            return None
+        key, start = found
+    else:
+        if entry is None:
+            return None
+        device, inode, start = entry
+        key = ("file", device, inode)
+    return (key, start, start + array.nbytes)
 
 
 def spans(array) -> list[tuple]:
@@ -79,6 +151,14 @@ class SpanLock:
     def __init__(self) -> None:
         self._changed = threading.Condition()
         self._held: dict[object, tuple[list, list]] = {}  # (written spans, read spans) of each call in progress
+        self._waiting = 0
+
+    @property
+    def waiting(self) -> int:
+        """How many calls are waiting for memory that another call holds (the tests use it to know that a call
+        is parked before they change what it will read)."""
+        with self._changed:
+            return self._waiting
 
     @staticmethod
     def _conflict(mine: tuple[list, list], theirs: tuple[list, list]) -> bool:
@@ -97,7 +177,15 @@ class SpanLock:
         entry = (written, [s for a in reads for s in spans(a)])
         token = object()
         with self._changed:
-            self._changed.wait_for(lambda: not any(self._conflict(entry, other) for other in self._held.values()))
+            def free() -> bool:
+                return not any(self._conflict(entry, other) for other in self._held.values())
+
+            if not free():
+                self._waiting += 1
+                try:
+                    self._changed.wait_for(free)
+                finally:
+                    self._waiting -= 1
             self._held[token] = entry
         try:
             yield
@@ -109,3 +197,30 @@ class SpanLock:
 
 #: The lock every public call of the package holds while it writes.
 SPAN_LOCK = SpanLock()
+
+
+@contextmanager
+def deferred_interrupt():
+    """Hold back SIGINT (``KeyboardInterrupt``) for the block; one that arrives meanwhile is delivered after it.
+
+    For the commit of a call's outputs: the block's copies are then all made or, if the interrupt came
+    before the block, none. Only the main thread of the main interpreter receives SIGINT in Python and may
+    change its handler; in any other thread, or when the handler was not installed from Python, the block
+    runs as it is (no ``KeyboardInterrupt`` can be raised there).
+    """
+    received = []
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.getsignal(signal.SIGINT)
+        if previous is not None:
+            try:
+                signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+            except ValueError:  # not the main interpreter
+                previous = None
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+            if received:
+                signal.raise_signal(signal.SIGINT)  # to the handler that was in place: KeyboardInterrupt by default
