@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .buckets import DeviceBucketTable, bucketing_route, build_bucket_table_gpu, max_multi_chunk_units, to_device
+from .checks import check_choice
 from .layout import (
     ATOMIC_ROWS,
     BLOCK_SIZE,
@@ -29,7 +30,6 @@ from .layout import (
 )
 from .loader import blocks_per_sm, cupy_module, device_facts, get_kernel, launch
 from .methods import check_small_backward_batch, one_launch_backward
-from .checks import check_choice
 
 #: The forward's versions (kernels/encoder_forward.cu): kernel name, and threads for (B, T, C, pack size).
 FORWARD_VERSIONS = {

@@ -92,6 +92,13 @@ def small_backward_fits(BT: int, V: int) -> bool:
     return BT <= SMALL_BACKWARD_MAX_BT and V <= SMALL_MAX_V
 
 
+def check_small_backward_batch(B: int, T: int) -> None:
+    """The one-launch backward (``encoder_backward_small``, its kernel and its mirror) takes at most
+    ``SMALL_BACKWARD_MAX_BT`` ids: ValueError for more."""
+    if B * T > SMALL_BACKWARD_MAX_BT:
+        raise ValueError(f"encoder_backward_small takes at most {SMALL_BACKWARD_MAX_BT} ids, not B*T = {B * T}")
+
+
 def one_launch_backward(method: str, bucketing: str, BT: int, V: int, *, buckets_given: bool = False) -> bool:
     """Whether ``encoder_backward(..., method=method, bucketing=bucketing)`` on CuPy arrays, for BT ids of a
     vocabulary of V, is one launch of the method's ``one_launch`` kernel: a method that has one, with its table left

@@ -22,8 +22,8 @@ loops here, so the order of every sum is the kernel's order.
 * ``encoder_backward_atomic`` / ``encoder_backward_atomic_bf16`` <-> ``encoder_backward_atomic_fp32_kernel`` /
   ``..._bf16_kernel``
 * the bucket table's kernels have their twins: the scatter route (``bucketing_scatter.cu``, five kernels) in
-  ``buckets/mirror_scatter.py``, the cooperative ``bucketing_kernel`` phase by phase in ``buckets/mirror_cooperative.py``,
-  the one-block ``bucketing_small_kernel`` in ``buckets/mirror_small.py``
+  ``buckets/mirror_scatter.py``, the cooperative ``bucketing_kernel`` phase by phase in
+  ``buckets/mirror_cooperative.py``, the one-block ``bucketing_small_kernel`` in ``buckets/mirror_small.py``
 
 Deterministic kernels (forward, wpe backward, bucketed and chunked wte backward) therefore give the GPU's
 bits exactly. The atomic kernels' order is decided by the hardware at run time; their mirror draws a fresh
@@ -37,7 +37,6 @@ from __future__ import annotations
 import numpy as np
 
 from .buckets import BucketTable
-from .methods import check_small_backward_batch
 from .layout import (
     CHUNK_ITEMS,
     SMALL_BACKWARD_MAX_BT,
@@ -49,6 +48,7 @@ from .layout import (
     num_c_groups,
     pack_size,
 )
+from .methods import check_small_backward_batch
 from .rounding import (
     NOISE_STREAM_DWPE,
     NOISE_STREAM_DWTE,

@@ -25,13 +25,14 @@ Decisions worth knowing (the README lists them too):
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
-from .backend import backend_of
-from .layout import INT32_LIMIT, SMALL_BACKWARD_MAX_BT, STORAGE_DTYPES, dtype_name, pack_size
+from .backend import backend_of, is_cupy_array
+from .buckets import BucketTable, DeviceBucketTable
+from .checks import check_choice, check_flag, check_int
+from .layout import INT32_LIMIT, STORAGE_DTYPES, dtype_name, pack_size
 from .memory import data_pointer, overlap, spans
 from .methods import BUCKETINGS, deterministic_methods
 from .methods import METHODS as METHOD_ROWS
@@ -147,13 +148,6 @@ def check_index_range(name: str, count: int, what: str) -> None:
         raise ValueError(f"{name}: {what} = {count} elements exceeds the 32-bit index range of the kernels")
 
 
-def check_small_backward_batch(B: int, T: int) -> None:
-    """The one-launch backward (``encoder_backward_small``, its kernel and its mirror) takes at most
-    ``SMALL_BACKWARD_MAX_BT`` ids."""
-    if B * T > SMALL_BACKWARD_MAX_BT:
-        raise ValueError(f"encoder_backward_small takes at most {SMALL_BACKWARD_MAX_BT} ids, not B*T = {B * T}")
-
-
 def check_ids_in_range(inp, V: int, name: str = "inp") -> None:
     """Every id in [0, V). Reads the ids (one reduction and a sync on the GPU)."""
     lo, hi = int(inp.min()), int(inp.max())
@@ -200,23 +194,6 @@ def _check_C(C: int, dtype: np.dtype, name: str) -> None:
         raise ValueError(
             f"{name}: C = {C} must be a multiple of {width} (one 128-bit pack of {dtype_name(dtype)})"
         )
-
-
-def check_flag(name: str, value) -> bool:
-    """``value`` is a ``bool`` (or ``numpy.bool_``); ``None``, ``0``, ``[]`` or an array are refused, not read."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be True or False, not {type(value).__name__}")
-    return bool(value)
-
-
-def check_choice(name: str, value, choices: tuple[str, ...]) -> str:
-    """``value`` is a ``str`` among ``choices``: ``TypeError`` for other types (arrays too), else ``ValueError``."""
-    listed = ", ".join(map(repr, choices))
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a string, one of {listed}, not {type(value).__name__}")
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {listed}, not {value!r}")
-    return str(value)
 
 
 def forward_args(inp, wte, wpe, out, check_ids: bool) -> Dims:
@@ -298,10 +275,6 @@ def check_buckets(buckets, dims: Dims, method: str, bucketing: str) -> None:
     the method reads them. Whether it is the table *of these ids* is checked by ``encoder_backward`` when
     ``check_ids`` is on (that builds the table again).
     """
-    from .backend import is_cupy_array
-    from .buckets import BucketTable
-    from .gpu_buckets import DeviceBucketTable
-
     if not METHOD_ROWS[method].needs_table:
         raise ValueError(f"buckets is read by the deterministic methods {DETERMINISTIC_METHODS}, not by "
                          f"method={method!r}; leave it out")
@@ -340,23 +313,6 @@ def check_buckets(buckets, dims: Dims, method: str, bucketing: str) -> None:
         raise ValueError(f"buckets holds {positions} positions, but inp has B*T = {dims.B * dims.T}")
     if device_table and METHOD_ROWS[method].bucket_rows:
         buckets.require_bucket_rows(f"method={method!r}")
-
-
-def check_int(name: str, value, *, minimum: int | None = None, maximum: int | None = None) -> int:
-    """``value`` as a Python int: the one integer check of the package.
-
-    ``TypeError`` when ``value`` is not of an integer type (``bool``, floats, strings and
-    ``numpy.timedelta64``, which NumPy counts as an integer, are refused); ``ValueError`` when it lies
-    outside ``[minimum, maximum]`` (inclusive bounds, each optional). The message names ``name``.
-    """
-    if (isinstance(value, (bool, np.bool_, np.timedelta64)) or not isinstance(value, numbers.Integral)):
-        raise TypeError(f"{name} must be an integer, not {type(value).__name__}")
-    value = int(value)
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    if maximum is not None and value > maximum:
-        raise ValueError(f"{name} must be <= {maximum}, got {value}")
-    return value
 
 
 def bucket_args(inp, C, dtype, check_ids: bool = True) -> tuple[int, int, np.dtype]:

@@ -39,8 +39,9 @@ import inspect
 import numpy as np
 from IPython.display import Markdown, display
 
-from gpt2enc_edu import (bench, compare, layout, mirror_bucketing, mirror_bucketing_scatter, mirror_bucketing_small,
-                         reference, tokens)
+from gpt2enc_edu import bench, compare, layout, reference, tokens
+from gpt2enc_edu.buckets import gpu as gpu_buckets
+from gpt2enc_edu.buckets import mirror_cooperative, mirror_scatter, mirror_small
 from gpt2enc_edu.backend import to_numpy
 from gpt2enc_edu.course import measured, perthread, plots, timing_plots
 from gpt2enc_edu.loader import kernel_source
@@ -240,8 +241,8 @@ del p, results, cpu, ref, bound, chunked, bucketed, ulps
 # bound of buckets or units and reads the real count itself. The host never waits.
 #
 # What the classes look like for the B = 8 real-text batch of this notebook, and the NumPy twins (kernel by
-# kernel: `gpt2enc_edu.mirror_bucketing_scatter`; phase by phase: `gpt2enc_edu.mirror_bucketing` and, on the
-# batch's first sequence, `gpt2enc_edu.mirror_bucketing_small`) against `make_buckets`; on a GPU, the default
+# kernel: `gpt2enc_edu.buckets.mirror_scatter`; phase by phase: `gpt2enc_edu.buckets.mirror_cooperative` and, on the
+# batch's first sequence, `gpt2enc_edu.buckets.mirror_small`) against `make_buckets`; on a GPU, the default
 # route too:
 
 # %%
@@ -254,9 +255,9 @@ print(f"{int((counts > 0).sum())} distinct tokens: {int(big.sum())} big ones ({i
 print("  tokens per class:", {c: int((counts == c).sum()) for c in (1, 2, 3, 4, 8, 16, 32)}, "...")
 first_sequence = ids[:1]
 for name, twin, want in (
-        ("scatter route", mirror_bucketing_scatter.bucketing_scatter(ids, C, enc.bfloat16, V), table),
-        ("cooperative kernel", mirror_bucketing.bucketing_kernel(ids, C, enc.bfloat16, V, num_blocks=4), table),
-        ("one-block kernel (first sequence)", mirror_bucketing_small.bucketing_small_kernel(first_sequence, C,
+        ("scatter route", mirror_scatter.bucketing_scatter(ids, C, enc.bfloat16, V), table),
+        ("cooperative kernel", mirror_cooperative.bucketing_kernel(ids, C, enc.bfloat16, V, num_blocks=4), table),
+        ("one-block kernel (first sequence)", mirror_small.bucketing_small_kernel(first_sequence, C,
                                                                                             enc.bfloat16, V),
          enc.make_buckets(first_sequence, C, enc.bfloat16))):
     print(f"twin of the {name} == make_buckets:",

@@ -2,8 +2,8 @@
 
 For each batch size and id kind, in one GPU run, with the bench's ``GpuTimer`` (L2 flushed, host overhead hidden):
 
-* every bucketing route that takes the batch (``gpu_buckets.ROUTES``): its table against NumPy's, then its time
-  and its per-phase costs (``gpu_buckets.phase_times_us``); the one-block route also without its bucket rows (the
+* every bucketing route that takes the batch (``buckets.gpu.ROUTES``): its table against NumPy's, then its time
+  and its per-phase costs (``buckets.gpu.phase_times_us``); the one-block route also without its bucket rows (the
   chunked method's table: its units and bt_list against NumPy's);
 * the deterministic backward end to end (chunked and bucketed, ``bucketing="gpu"``) with each route forced, its
   dwte/dwpe bits against the same call with the table built on the CPU (the mirror's table);
@@ -35,9 +35,10 @@ if str(ROOT) not in sys.path:
 import numpy as np  # noqa: E402
 
 import gpt2enc_edu as enc  # noqa: E402
-from gpt2enc_edu import buckets, compare, cuda, gpu_buckets, layout, loader  # noqa: E402
+from gpt2enc_edu import buckets, compare, cuda, layout, loader  # noqa: E402
 from gpt2enc_edu.bench.floor import distinct_ids, minimal_bytes  # noqa: E402
 from gpt2enc_edu.bench.timer import GpuTimer, measure_copy_rate  # noqa: E402
+from gpt2enc_edu.buckets import gpu as gpu_buckets  # noqa: E402
 from gpt2enc_edu.problems import random_problem  # noqa: E402
 
 T, C, V = 1024, 768, 50257
@@ -149,7 +150,7 @@ def main() -> int:
 
     def set_programmatic(on: bool) -> None:
         """Turn programmatic dependent launch on or off (the table's workspaces, and so the scatter route's graph,
-        are kept per setting: gpu_buckets._launch)."""
+        are kept per setting: buckets.gpu._launch)."""
         cp.cuda.Device().synchronize()
         loader.PROGRAMMATIC_LAUNCH = on
 
@@ -217,7 +218,7 @@ def main() -> int:
                         lambda: gpu_buckets._launch_scatter(cp, g.inp, B * T, V, groups, enc.bfloat16, ws, 0)))
 
             # ---------------- the parts alone
-            table_dev = gpu_buckets.to_device(table_np)
+            table_dev = buckets.to_device(table_np)
             record(B, kind, "wpe kernel alone", t_us(lambda: cuda.encoder_backward_wpe(g.dwpe, g.dout, B, T, C, 5)))
             record(
                 B,

@@ -118,7 +118,7 @@ def kernel_names(folder: Path = ROOT / "kernels") -> dict[str, str]:
     return found
 
 
-#: The kernels of each GPU bucketing route (``gpu_buckets.ROUTES``).
+#: The kernels of each GPU bucketing route (``buckets.gpu.ROUTES``).
 ROUTE_KERNELS = {
     "scatter": frozenset({"scatter_count_kernel", "scatter_classify_kernel", "scatter_rows_kernel",
                           "scatter_positions_kernel", "scatter_sort_kernel"}),
@@ -128,8 +128,8 @@ ROUTE_KERNELS = {
 
 
 def _bucketing_kernels(BT: int, V: int) -> frozenset:
-    """The GPU bucketing kernels ``gpu_buckets`` launches by itself for BT ids of a vocabulary of V."""
-    from gpt2enc_edu import gpu_buckets
+    """The GPU bucketing kernels ``buckets.gpu`` launches by itself for BT ids of a vocabulary of V."""
+    from gpt2enc_edu.buckets import gpu as gpu_buckets
 
     return ROUTE_KERNELS[gpu_buckets.bucketing_route(BT, V)]
 
@@ -313,7 +313,8 @@ def _route_case(name: str, shape, dtype, route: str) -> Case:
     def run(check: bool) -> str | None:
         import cupy
 
-        from gpt2enc_edu import buckets, gpu_buckets
+        from gpt2enc_edu import buckets
+        from gpt2enc_edu.buckets import gpu as gpu_buckets
 
         _fresh_gpu_tables()
         p = _problem(name, shape, dtype)
@@ -376,7 +377,7 @@ def _fresh_gpu_tables() -> None:
     """Drop the GPU tables' cached workspaces, so a case's first table launches its kernels one by one (the
     scatter route's later calls replay a CUDA graph, which fetches no kernel: the coverage check would not see
     them run)."""
-    from gpt2enc_edu import gpu_buckets
+    from gpt2enc_edu.buckets import gpu as gpu_buckets
 
     gpu_buckets.release_workspaces()
 
@@ -396,8 +397,8 @@ def _bucketed_forms() -> list[str]:
 
 
 def _routes_for(shape) -> list[str]:
-    """The bucketing routes that take this shape (``gpu_buckets.routes_for``, which needs no GPU)."""
-    from gpt2enc_edu import gpu_buckets
+    """The bucketing routes that take this shape (``buckets.gpu.routes_for``, which needs no GPU)."""
+    from gpt2enc_edu.buckets import gpu as gpu_buckets
 
     B, T, _, V, _, _ = shape
     return list(gpu_buckets.routes_for(B * T, V))

@@ -75,7 +75,8 @@ def test_bucket_table_is_independent_of_hashing_and_platform():
 def test_a_device_table_without_bucket_rows_refuses_to_be_read_whole():
     """``build_bucket_table_gpu(..., bucket_rows=False)`` marks its table; whatever reads the bucket rows refuses it
     before it touches a device (so this runs anywhere: NumPy arrays stand in for the device buffers)."""
-    from gpt2enc_edu import cuda, gpu_buckets
+    from gpt2enc_edu import cuda
+    from gpt2enc_edu.buckets import gpu as gpu_buckets
 
     rows = np.zeros((4, 4), dtype=np.int32)
     lean = gpu_buckets.DeviceBucketTable(info=rows, bt_list=np.zeros(4, np.int32), units=rows,

@@ -57,7 +57,7 @@ def test_a_table_from_make_buckets_outlives_the_next_table(rng):
     stream overwrites (``build_bucket_table_gpu``'s own tables do not survive it)."""
     import cupy
 
-    from gpt2enc_edu.gpu_buckets import build_bucket_table_gpu
+    from gpt2enc_edu.buckets.gpu import build_bucket_table_gpu
 
     first, second = (random_problem(2, 512, 768, 50257, ids=kind, rng=rng) for kind in ("zipf", "uniform"))
     host_tables = [enc.make_buckets(p.inp, 768, bfloat16) for p in (first, second)]

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpt2enc_edu import buckets, layout
-from gpt2enc_edu import mirror_bucketing_scatter as twin
+from gpt2enc_edu.buckets import mirror_scatter as twin
 from gpt2enc_edu.rounding import bfloat16
 from gpt2enc_edu.tokens import make_ids
 
@@ -157,7 +157,7 @@ def test_gpu_scatter_route_equals_its_twin(B, T, V, ids, dtype_c):
     """The table (written over poison) and the workspace the kernels leave, against the twin's."""
     import cupy
 
-    from gpt2enc_edu import gpu_buckets
+    from gpt2enc_edu.buckets import gpu as gpu_buckets
 
     dtype, C = dtype_c
     rng = np.random.default_rng(B * 31 + T + V)
@@ -178,7 +178,7 @@ def test_gpu_scatter_route_without_bucket_rows_equals_its_twin(B, T, V, ids):
     the big tokens' rows, bt_list, the units and the workspace are the twin's; the table says it has no rows."""
     import cupy
 
-    from gpt2enc_edu import gpu_buckets
+    from gpt2enc_edu.buckets import gpu as gpu_buckets
 
     rng = np.random.default_rng(B * 37 + T + V)
     inp = _class_edges(rng) if ids == "edges" else _ids(ids, B, T, V, rng)
@@ -250,7 +250,7 @@ def test_gpu_scatter_route_replays_its_copy_graph_with_new_buffers(B, V):
     (the graph reads the ids the call copied in), on two streams."""
     import cupy
 
-    from gpt2enc_edu import gpu_buckets
+    from gpt2enc_edu.buckets import gpu as gpu_buckets
 
     rng = np.random.default_rng(B + V)
     gpu_buckets.release_workspaces()
@@ -277,7 +277,7 @@ def test_gpu_scatter_route_reads_a_known_buffer_in_place():
     ``SCATTER_GRAPHS`` take the copy graph, and are right too."""
     import cupy
 
-    from gpt2enc_edu import gpu_buckets
+    from gpt2enc_edu.buckets import gpu as gpu_buckets
 
     rng = np.random.default_rng(11)
     B, T, V = 4, 512, 3000
@@ -303,7 +303,7 @@ def test_gpu_scatter_route_clears_counts_only_after_a_stopped_run():
     leaves them dirty, and the next table clears them first and is right."""
     import cupy
 
-    from gpt2enc_edu import gpu_buckets
+    from gpt2enc_edu.buckets import gpu as gpu_buckets
 
     rng = np.random.default_rng(12)
     inp = _ids("zipf", 8, 1024, 50257, rng)
@@ -330,7 +330,7 @@ def test_gpu_scatter_sort_kernel_takes_any_pool(monkeypatch, blocks):
     all the small ones (each warp walking hundreds of tokens) give the same table."""
     import cupy
 
-    from gpt2enc_edu import gpu_buckets
+    from gpt2enc_edu.buckets import gpu as gpu_buckets
 
     monkeypatch.setattr(gpu_buckets, "scatter_sort_blocks", lambda BT, V: blocks)
     rng = np.random.default_rng(13)
@@ -351,7 +351,7 @@ def test_gpu_scatter_route_one_graph_per_dtype():
     holds one dtype's kernels). Each call's table is right, the fp32 ones after the bf16 graph exists too."""
     import cupy
 
-    from gpt2enc_edu import gpu_buckets
+    from gpt2enc_edu.buckets import gpu as gpu_buckets
 
     rng = np.random.default_rng(5)
     gpu_buckets.release_workspaces()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from gpt2enc_edu import buckets
-from gpt2enc_edu import mirror_bucketing_small as twin
+from gpt2enc_edu.buckets import mirror_small as twin
 from gpt2enc_edu.rounding import bfloat16
 from gpt2enc_edu.tokens import make_ids
 
@@ -64,9 +64,10 @@ def test_refuses_what_the_kernel_does_not_take():
 
 
 def test_routes_for_lists_the_routes_that_take_a_batch():
-    """``gpu_buckets.routes_for`` (no GPU needed): the one-block kernel only for one sequence of ids that fit its
+    """``buckets.gpu.routes_for`` (no GPU needed): the one-block kernel only for one sequence of ids that fit its
     keys, the scatter route up to its limit, the cooperative kernel always; the default is the first."""
-    from gpt2enc_edu import gpu_buckets, layout
+    from gpt2enc_edu import layout
+    from gpt2enc_edu.buckets import gpu as gpu_buckets
 
     assert gpu_buckets.routes_for(1, 1) == ("small", "scatter", "cooperative")
     assert gpu_buckets.routes_for(1024, layout.SMALL_MAX_V) == ("small", "scatter", "cooperative")

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import gpt2enc_edu as enc
 from gpt2enc_edu import buckets, compare, layout, loader, mirror
-from gpt2enc_edu import mirror_bucketing as twin
+from gpt2enc_edu.buckets import mirror_cooperative as twin
 from gpt2enc_edu.layout import CHUNK_ITEMS, c_per_group, ceil_div, num_c_groups
 from gpt2enc_edu.problems import random_problem
 from gpt2enc_edu.rounding import NOISE_STREAM_DWTE, bfloat16, fadd, round_to_storage, to_float
@@ -288,7 +288,7 @@ def test_gpu_bucketing_kernel_equals_its_twin(rng, dtype, case):
     """The table, and every workspace buffer (poisoned alike first), for several grid sizes."""
     import cupy
 
-    from gpt2enc_edu.gpu_buckets import max_units
+    from gpt2enc_edu.buckets.gpu import max_units
 
     B, T, C, V, ids = case
     inp = _ids(ids, B, T, V, rng)

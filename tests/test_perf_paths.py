@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 import gpt2enc_edu as enc
-from gpt2enc_edu import buckets, compare, cuda, gpu_buckets, layout, loader, mirror
+from gpt2enc_edu import buckets, compare, cuda, layout, loader, mirror
+from gpt2enc_edu.buckets import gpu as gpu_buckets
 from gpt2enc_edu.problems import count_poison, poisoned, random_problem
 from gpt2enc_edu.rounding import bfloat16
 from gpt2enc_edu.tokens import make_ids

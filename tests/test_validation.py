@@ -1026,7 +1026,7 @@ def test_device_table_with_numpy_arrays(rng):
 def test_table_without_bucket_rows_for_the_bucketed_method(rng):
     import cupy
 
-    from gpt2enc_edu.gpu_buckets import build_bucket_table_gpu
+    from gpt2enc_edu.buckets.gpu import build_bucket_table_gpu
 
     p = problem(rng, B=1)  # one sequence: the one-block route, which skips the rows when asked
     table = build_bucket_table_gpu(cupy.asarray(p.inp), C, BF16, V, bucket_rows=False)

@@ -73,7 +73,7 @@ def test_the_narrow_grid_goes_beside_the_scatter_routes_table_only(rng, monkeypa
     grid. The bits are the mirror's every way."""
     import cupy
 
-    from gpt2enc_edu.gpu_buckets import bucketing_route
+    from gpt2enc_edu.buckets.gpu import bucketing_route
     from gpt2enc_edu.loader import device_facts
 
     method = "chunked" if chunked else "bucketed"

@@ -22,7 +22,7 @@ The table, in a documented order that does not depend on the platform or on hash
   (they are the most frequent), so their units are a prefix of the list: only those need room for
   partial sums.
 
-Both the NumPy route (``build_bucket_table``) and the GPU route (``gpu_buckets.build_bucket_table_gpu``)
+Both the NumPy route (``build_bucket_table``) and the GPU route (``gpu.build_bucket_table_gpu``)
 produce exactly this table.
 """
 
@@ -32,8 +32,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .backend import is_cupy_array
-from .layout import CHUNK_ITEMS, c_per_group, ceil_div, num_c_groups
+from ..backend import is_cupy_array
+from ..layout import CHUNK_ITEMS, c_per_group, ceil_div, num_c_groups
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .buckets import BucketTable
-from .layout import (
+from ..layout import (
     CHUNK_ITEMS,
     COUNTER_MAX_COUNT,
     COUNTER_NUM_BUCKETS,
@@ -42,6 +41,7 @@ from .layout import (
     ceil_div,
     num_c_groups,
 )
+from .host import BucketTable
 
 __all__ = [
     "BucketingWorkspace",
@@ -89,7 +89,7 @@ class BucketingWorkspace:
 
 
 def make_workspace(BT: int, V: int, num_blocks: int, fill: int = 0) -> BucketingWorkspace:
-    """Buffers as ``gpu_buckets`` allocates them; ``fill`` stands for what uninitialised memory holds."""
+    """Buffers as ``gpu`` allocates them; ``fill`` stands for what uninitialised memory holds."""
     n = max(V, BT)
 
     def ints(size):

@@ -33,8 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .buckets import BucketTable
-from .layout import (
+from ..layout import (
     CHUNK_ITEMS,
     COUNTER_BIG_ITEMS,
     COUNTER_BIG_UNITS,
@@ -51,6 +50,7 @@ from .layout import (
     num_c_groups,
     scatter_max_big,
 )
+from .host import BucketTable
 
 #: Rows of ``class_bases`` (``BASE_RANK``, ``BASE_ITEM``, ``BASE_UNIT`` in the kernel file).
 BASE_RANK, BASE_ITEM, BASE_UNIT = 0, 1, 2

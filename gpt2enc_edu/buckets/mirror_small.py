@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .buckets import BucketTable
-from .layout import CHUNK_ITEMS, SMALL_MAX_BT, SMALL_MAX_V, WARP_SIZE, ceil_div, num_c_groups
+from ..layout import CHUNK_ITEMS, SMALL_MAX_BT, SMALL_MAX_V, WARP_SIZE, ceil_div, num_c_groups
+from .host import BucketTable
 
 #: ``SMALL_POS_BITS``, ``SMALL_FIELD_BITS`` and ``SMALL_NO_KEY`` of the kernel.
 POS_BITS = 10
