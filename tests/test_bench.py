@@ -295,8 +295,6 @@ def test_the_chunked_table_share_says_where_one_launch_builds_none():
     one, two = (next(line for line in lines if line.startswith(f"| {B} |")) for B in (1, 2))
     assert "| none (one launch) |" in one and "none" not in two
     assert "| none (one launch) |" not in "\n".join(tables.breakdown_markdown(rows, "uniform", T=2048))
-    block = tables.readme_block(rows, fake_results(batch_sizes=(1, 2), kinds=("uniform",)).meta, B=1)
-    assert "| bucket table's share of the chunked backward | none (one launch) |" in block
 
 
 def test_markdown_lists_failures():
@@ -309,11 +307,13 @@ def test_markdown_lists_failures():
 def test_readme_block():
     results = fake_results()
     text = tables.readme_block(results.rows, results.meta, results_link="x/results.md")
-    assert "| B=64 | uniform ids | Zipf ids |" in text and "(4273 GB/s)" in text
+    assert "| B=64 | uniform ids | Zipf ids |" in text and "4273 GB/s" in text
     assert "[x/results.md](x/results.md)" in text
-    assert "| bucket table's share of the chunked backward | 25% |" in text  # its own table: 40 / 160
-    assert "| chunked backward's speed-up over PyTorch's deterministic one | 5.0x |" in text  # 800 / 160
-    assert "| floor, forward / backward |" in text
+    table = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| B=")]
+    assert [line.split(" | ")[0][2:] for line in table] == [*tables.README_ROWS.values(), (
+        "speed-up of the default backward over PyTorch's deterministic one")]  # small: the report has the rest
+    assert set(tables.README_ROWS) <= set(cases.CASE_NAMES)
+    assert "| speed-up of the default backward over PyTorch's deterministic one | 5.0x |" in text  # 800 / 160
     assert "| B=1 |" in tables.readme_block(results.rows, results.meta, B=1)
     with pytest.raises(ValueError, match="B=8 was not measured"):
         tables.readme_block(results.rows, results.meta, B=8)
@@ -331,6 +331,34 @@ def test_replace_between_markers():
 
 def test_the_readme_has_the_markers():
     tables.replace_between_markers((ROOT / "README.md").read_text(), "x")  # raises if they are missing
+
+
+def test_the_readme_table_is_the_committed_run():
+    """The README's table is what the generator makes from docs/bench/ (``--readme README.md --readme-only``)."""
+    rows, meta = report.load_results(ROOT / "docs" / "bench")
+    text = (ROOT / "README.md").read_text()
+    assert tables.replace_between_markers(text, tables.readme_block(rows, meta)) == text, (
+        "README.md's table differs from docs/bench/: python -m gpt2enc_edu.bench --readme README.md --readme-only")
+
+
+def test_cli_readme_only_writes_the_table_alone(tmp_path, capsys):
+    """No GPU and no matplotlib needed: only the README's table is rewritten, the run's folder is left alone."""
+    results = fake_results()
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    report.write_csv(results.rows, run_dir / "results.csv")
+    report.write_meta(results.meta, run_dir / "meta.json")
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n{tables.README_START}\nstale\n{tables.README_END}\nrest\n")
+    assert cli.main(["--from-results", str(run_dir), "--readme", str(readme), "--readme-only"]) == 0
+    assert sorted(p.name for p in run_dir.iterdir()) == ["meta.json", "results.csv"]
+    text = readme.read_text()
+    assert "stale" not in text and "[run/results.md](run/results.md)" in text
+    assert tables.replace_between_markers(text, tables.readme_block(results.rows, results.meta,
+                                                                    results_link="run/results.md")) == text
+    assert "rewrote the table" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        cli.main(["--readme-only"])
 
 
 # ------------------------------------------------------------------------------------------ files, plots

@@ -4,9 +4,11 @@
     python -m gpt2enc_edu.bench --quick              # B in {1, 64}, few repeats, writes docs/bench/quick/
     python -m gpt2enc_edu.bench --readme README.md   # ... and rewrites the README's table from this run
     python -m gpt2enc_edu.bench --from-results docs/bench --readme README.md   # no GPU: re-render a run's files
+    python -m gpt2enc_edu.bench --readme README.md --readme-only   # no GPU: only the README's table, from docs/bench
     python -m gpt2enc_edu.bench --help
 
-Without a GPU a measuring run says why, writes nothing and exits 0; ``--from-results`` needs no GPU.
+Without a GPU a measuring run says why, writes nothing and exits 0; ``--from-results`` and ``--readme-only`` need
+no GPU.
 """
 
 from __future__ import annotations
@@ -77,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "(the largest B measured)")
     parser.add_argument("--from-results", type=Path, metavar="DIR",
                         help="measure nothing: read the run in DIR and write its report, plots (and --readme) again")
+    parser.add_argument("--readme-only", action="store_true",
+                        help=f"measure nothing and write nothing but the --readme table, from the run in "
+                             f"--from-results (default {DEFAULT_OUT})")
     return parser
 
 
@@ -115,7 +120,16 @@ def _finish(results: Results, out: Path, readme: Path | None) -> list[Path]:
 
 def main(argv=None) -> int:
     """Command-line entry point; returns the exit status (0 also when there is no GPU: nothing to do)."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.readme_only:
+        if args.readme is None:
+            parser.error("--readme-only needs --readme FILE")
+        source = args.from_results or DEFAULT_OUT
+        rows, meta = load_results(source)
+        path = update_readme(args.readme, rows, meta, results_md=source / RESULTS_MD)
+        print(f"rewrote the table in {path} from the run in {source}")
+        return 0
     if args.from_results is not None:
         _require("matplotlib", "for its plots")
         rows, meta = load_results(args.from_results)

@@ -2,26 +2,26 @@
 
 ``markdown_report`` gives, per id kind, every whole call against B (median, percent of the floor), then where
 the time of the deterministic backward goes (``breakdown_markdown``: each kernel alone and the bucket table's
-share), then every row. ``readme_block`` is the README's performance table at one batch size, and
-``update_readme`` puts it between the ``<!-- bench-table:start -->`` and ``<!-- bench-table:end -->`` markers,
-so the README's numbers come from one run, with that run's copy rate.
+share), then every row. ``readme_block`` is the README's small headline table at one batch size (``README_ROWS``
+and the speed-up over PyTorch), and ``update_readme`` puts it between the ``<!-- bench-table:start -->`` and
+``<!-- bench-table:end -->`` markers, so the README's numbers come from one run, with that run's copy rate.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .cases import CASES, CASES_BY_NAME, ID_KINDS, T_GPT2, chunked_call_builds_table, piece_value
+from .cases import CASES, ID_KINDS, T_GPT2, chunked_call_builds_table, piece_value
 from .floor import OPS, copy_rate_of
 
 README_START = "<!-- bench-table:start -->"
 README_END = "<!-- bench-table:end -->"
 KIND_TITLES = {"uniform": "uniform ids", "zipf": "Zipf ids", "real": "real ids"}
-#: The README table's rows, in order (those measured; the pieces that say most about the backward).
-README_CASES = ("forward", "chunked_gpu", "bucketed_gpu", "chunked_ahead", "bucketed_ahead", "bucketed_cpu",
-                "atomic_bf16", "atomic_fp32",
-                "wpe_kernel", "gpu_buckets", "gpu_buckets_units", "wte_chunked_kernel", "wte_bucketed_kernel",
-                "make_buckets", "torch_forward", "torch_backward", "torch_backward_det")
+#: The README's headline rows, in order, each with its wording there (the full table is the report's).
+README_ROWS = {"forward": "forward",
+               "chunked_gpu": "backward, deterministic (`method=\"chunked\"`, the default)",
+               "chunked_ahead": "the same, bucket table built ahead (`buckets=`)",
+               "torch_backward_det": "PyTorch, deterministic (embedding backward + dwpe sum)"}
 
 
 def format_time_us(us: float) -> str:
@@ -161,7 +161,8 @@ def markdown_report(rows, meta: dict | None = None) -> str:
 
 def readme_block(rows, meta: dict | None = None, *, B: int | None = None, results_link: str = "docs/bench/results.md",
                  method_link: str = "docs/benchmarks.md") -> str:
-    """The README's performance paragraph and table at batch size ``B`` (default: the largest measured)."""
+    """The README's headline table at batch size ``B`` (default: the largest measured): ``README_ROWS`` per id kind
+    and the default backward's speed-up over PyTorch's deterministic one, under one line saying what was measured."""
     rows = list(rows)
     meta = meta or {}
     sizes = sorted({r["B"] for r in rows})
@@ -174,34 +175,25 @@ def readme_block(rows, meta: dict | None = None, *, B: int | None = None, result
     by_key = _index(rows)
     rate = copy_rate_of(rows, meta)
     shape = meta.get("shape", {})
-    lines = [f"Measured on {meta.get('device', '?')} ({str(meta.get('date', '?'))[:10]}, `{meta.get('command', '?')}`)"
-             f": T={shape.get('T', '?')}, C={shape.get('C', '?')}, V={shape.get('V', '?')}, "
-             f"{shape.get('dtype', '?')}. Medians of {meta.get('repeats', '?')} repeats, L2 flushed before each, "
-             "CUDA events; (NN%) = floor / time, floor = minimal bytes / the device-to-device copy rate measured "
-             f"in the same run ({'?' if rate is None else f'{rate / 1e9:.0f}'} GB/s). Per-kernel breakdown, all "
-             f"batch sizes and plots: [{results_link}]({results_link}); method: [{method_link}]({method_link}).", "",
+    lines = [f"{meta.get('device', '?')} ({str(meta.get('date', '?'))[:10]}), B={B}, T={shape.get('T', '?')}, "
+             f"C={shape.get('C', '?')}, V={shape.get('V', '?')}, {shape.get('dtype', '?')}: medians of "
+             f"{meta.get('repeats', '?')} repeats with L2 flushed before each; (NN%) = the memory floor over the time "
+             "(floor = minimal bytes / the device-to-device copy rate measured in the same run, "
+             f"{'?' if rate is None else f'{rate / 1e9:.0f}'} GB/s). Every case and batch size: "
+             f"[{results_link}]({results_link}); method: [{method_link}]({method_link}).", "",
              f"| B={B} | " + " | ".join(KIND_TITLES.get(k, k) for k in kinds) + " |",
              "|---|" + "---|" * len(kinds)]
-    for name in README_CASES:
+    for name, label in README_ROWS.items():
         cells = [_cell(by_key.get((name, k, B))) for k in kinds]
         if any(c != "-" for c in cells):
-            lines.append(f"| {CASES_BY_NAME[name].label} | " + " | ".join(cells) + " |")
-    T = shape.get("T", T_GPT2)
-    shares = [_share(piece_value(by_key, "gpu_buckets_units", k, B), by_key.get(("chunked_gpu", k, B)))
-              if chunked_call_builds_table(B, T) else "none (one launch)" for k in kinds]
-    if any(s != "-" for s in shares):
-        lines.append("| bucket table's share of the chunked backward | " + " | ".join(shares) + " |")
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
     ratios = []
     for k in kinds:
         ours, theirs = by_key.get(("chunked_gpu", k, B)), by_key.get(("torch_backward_det", k, B))
         ratios.append("-" if ours is None or theirs is None else f"{theirs['median_us'] / ours['median_us']:.1f}x")
     if any(r != "-" for r in ratios):
-        lines.append("| chunked backward's speed-up over PyTorch's deterministic one | " + " | ".join(ratios) + " |")
-    floors = []
-    for k in kinds:
-        f, b = _floor(rows, k, B, "forward"), _floor(rows, k, B, "backward")
-        floors.append("-" if f is None or b is None else f"{f:.1f} / {b:.1f} us")
-    lines.append("| floor, forward / backward | " + " | ".join(floors) + " |")
+        lines.append("| speed-up of the default backward over PyTorch's deterministic one | " + " | ".join(ratios)
+                     + " |")
     return "\n".join(lines)
 
 
