@@ -7,8 +7,8 @@
 #    the GPU tests (mark "gpu"), one pytest process per test file (a crash in one cannot hide the others);
 #    compute-sanitizer's four tools over every kernel (scripts/sanitize.sh, one process per tool);
 #    nbval on the GPU (the notebooks' NBVAL_CHECK_OUTPUT cells against the stored outputs).
-# 2. (alone) the full benchmark (docs/bench/, the README's table) and the walkthrough's committed numbers
-#    (docs/walkthrough/).
+# 2. (alone) the full benchmark (docs/bench/, the README's table, the tables of docs/performance.md) and the
+#    walkthrough's committed numbers (docs/walkthrough/).
 # 3. (alone) every notebook executed in place, so the stored outputs come from this GPU in one run.
 # Each step's log goes to LOG_DIR; summary.txt collects the verdict lines. Exit status: non-zero if any step failed.
 # Environment: PY (default python3), PHASE_TIMEOUT (seconds per step of phase 1, default 300), PHASES (which of
@@ -61,6 +61,8 @@ fi
 if [[ $PHASES == *2* ]]; then
 "$PY" -m gpt2enc_edu.bench --no-progress --out docs/bench --readme README.md >"$LOG/bench.log" 2>&1 || status=1
 note "bench: rc=$? $(tail -n 1 "$LOG/bench.log")"
+"$PY" -m gpt2enc_edu.bench.perfdoc >"$LOG/perfdoc.log" 2>&1 || status=1
+note "docs/performance.md tables: $(tail -n 1 "$LOG/perfdoc.log")"
 "$PY" -m gpt2enc_edu.course.measured --out docs/walkthrough >"$LOG/measured.log" 2>&1 || status=1
 note "walkthrough numbers: $(tail -n 1 "$LOG/measured.log")"
 fi
