@@ -4,7 +4,7 @@ Every public call validates all of its arguments here first, so a bad call raise
 kind of thing: dtype, array type, a float seed) or ``ValueError`` (right kind, wrong value: shape, range,
 size, alignment) naming the argument, and leaves every output buffer bitwise unchanged.
 
-Decisions worth knowing (the README lists them too):
+Decisions worth knowing (docs/api.md lists the refusals too):
 
 * only plain arrays reach a kernel: ``numpy.ndarray`` (or ``numpy.memmap``) and ``cupy.ndarray`` themselves;
   subclasses (``np.matrix``, masked arrays, others) are refused with ``TypeError`` (``backend.array_kind``);
