@@ -20,8 +20,22 @@
 # atomics, and measure what atomics cost: results whose low bits change from run to run, and, when the
 # atomics work on bf16 itself, lost precision.
 #
+# **Prerequisites:** notebook 01 (the forward's thread map, 128-bit packs, bf16 and fp32 storage); that
+# a float has a fixed number of significant bits, so a sum is rounded.
+#
+# **After this notebook you can:**
+# 1. write the atomic backward as a Python function of one thread (the build-it checks it);
+# 2. show with three numbers that fp32 addition is not associative, and say why two adds into zero
+#    agree in any order but three may not (Exercise 2 checks it);
+# 3. say why a row's bits change from run to run with atomics, and why the GPU's `dwpe` did not here;
+# 4. say why bf16 atomics lose small updates that fp32 accumulation keeps.
+#
+# **Time:** about 25 minutes for the core sections; the sections marked *(optional)* add about 10, and
+# the CUDA build-it at the end (with a GPU) about 15.
+#
 # 0. Setup · 1. Backward is a scatter-add · 2. Why atomics · 3. Float addition is not associative ·
-# 4. Run it twice · 5. bf16 atomics lose precision · 6. llm.c does it this way · 7. Exercise 2
+# 4. Run it twice · 5. bf16 atomics lose precision · 6. llm.c does it this way · 7. Exercise 2 ·
+# Build it in CUDA
 
 # %%
 import importlib.util, os, subprocess, sys
@@ -40,7 +54,6 @@ from IPython.display import Markdown, display
 from gpt2enc_edu import compare, reference, rounding
 from gpt2enc_edu.course import exercises, plots
 from gpt2enc_edu.backend import to_numpy
-from gpt2enc_edu.loader import kernel_source
 from gpt2enc_edu.problems import random_problem
 
 xp = enc.array_module()
@@ -48,7 +61,7 @@ print("arrays:", xp.__name__, "->", "the CUDA kernels" if xp is not np else "the
 print("gpu_status():", enc.gpu_status())
 
 # %% [markdown]
-# ## 1. Backward is a scatter-add
+# ## 1. Backward is a scatter-add (core)
 #
 # The forward pass *gathered*: `out[b, t] = wte[inp[b, t]] + wpe[t]`. Each output element came from one
 # element of `wte` and one of `wpe`, so its gradient `dout[b, t]` flows back to exactly those two:
@@ -76,7 +89,7 @@ print("dwpe[:, 0] =", to_numpy(dwpe)[:, 0].astype(np.int64))
 print("adds into each dwte row:", np.bincount(inp.ravel(), minlength=V))
 
 # %% [markdown]
-# ## 2. Why atomics
+# ## 2. Why atomics (core)
 #
 # The simple kernel gives each thread one 128-bit pack of `dout` and lets it add the pack into
 # `dwte[inp[b, t]]` and `dwpe[t]`. Threads of different positions with the same token hit the same
@@ -86,9 +99,9 @@ print("adds into each dwte row:", np.bincount(inp.ravel(), minlength=V))
 # they arrive**. The result is correct up to rounding, but the order is decided by the hardware at run time.
 
 # %% [markdown]
-# ### Build it first: the atomic kernel as a Python function of one thread
+# ### Build it first: the atomic kernel as a Python function of one thread (core)
 #
-# Write the fp32 atomic kernel yourself, in Python, before reading the CUDA below: a function of one thread
+# Write the fp32 atomic kernel yourself, in Python: a function of one thread
 # (`cuda.blockIdx.x`, `cuda.threadIdx.x`, `cuda.blockDim.x`), run over the grid with the real launch shape
 # by `gpt2enc_edu.course.grid`. It adds into the fp32 gradients `dwte32` and `dwpe32` (flat arrays) with
 # `cuda.atomic_add(array, index, value)`, and the emulator applies those adds in an order that changes
@@ -97,11 +110,10 @@ print("adds into each dwte row:", np.bincount(inp.ravel(), minlength=V))
 # converts it to fp32.
 #
 # Because the order changes, no fixed bits can be asked: the check compares with the float64 reference
-# within `compare.error_bound`, and rows that receive nothing must keep their bits. Try it, then scroll on
-# for the package's form. Worked solution: `solutions/perthread.py` (outside the package).
+# within `compare.error_bound`, and rows that receive nothing must keep their bits. The package's form opens
+# after the check once yours passes. Worked solution: `solutions/perthread.py` (outside the package).
 
 # %%
-import inspect
 
 from gpt2enc_edu.course import buildit, perthread, skeletons
 from gpt2enc_edu.course.grid import load128, to_float  # noqa: F401 (for your kernel)
@@ -118,10 +130,17 @@ verdict.show()
 
 # %% [markdown]
 # The package's per-thread form (`gpt2enc_edu/course/perthread.py`), the same lines as the CUDA kernel
-# below. Run twice on one problem, it gives two different results, as the GPU does:
+# `encoder_backward_atomic_fp32_kernel`; it opens once your kernel passed (`unlocked=True` opens it now):
 
 # %%
-display(Markdown(f"```python\n{inspect.getsource(perthread.encoder_backward_atomic_fp32)}\n```"))
+from gpt2enc_edu.course import reveal
+
+reveal.perthread("atomic", unlocked=verdict)
+
+# %% [markdown]
+# Run twice on one problem, the per-thread form gives two different results, as the GPU does:
+
+# %%
 tiny = random_problem(4, 16, 8, 3, dtype=np.float32, rng=np.random.default_rng(5))
 per_thread_runs = []
 for _ in range(2):
@@ -131,11 +150,8 @@ for _ in range(2):
 print("elements of dwte that differ between the two runs:",
       compare.count_bit_differences(per_thread_runs[0], per_thread_runs[1]), "of", per_thread_runs[0].size)
 
-# %%
-display(Markdown(f"```cuda\n{kernel_source('encoder_backward_atomic.cu')}\n```"))
-
 # %% [markdown]
-# ## 3. Float addition is not associative
+# ## 3. Float addition is not associative (core)
 #
 # Why the order matters: every fp32 addition rounds its result to 24 significant bits. Adding a small
 # number to a large one can lose it, so which additions happen first changes the rounding. Three
@@ -150,7 +166,7 @@ for name, value in (("(a + b) + c", left), ("a + (b + c)", right)):
     print(f"{name} = {float(value):.9f}  bits 0x{int(np.asarray(value).view(np.uint32)):08X}")
 
 # %% [markdown]
-# ## 4. Run it twice
+# ## 4. Run it twice (core)
 #
 # A GPT-2-sized batch (B = 8, T = 1024, C = 768) with token ids drawn from a Zipf law, as in text a few
 # tokens repeat hundreds of times. The vocabulary is cut to V = 8192 rows so that the CPU mirror stays fast;
@@ -179,6 +195,24 @@ for name, (first, second) in runs32.items():
     print(f"{name}: run 1 and run 2 bitwise equal? dwte {compare.bitwise_equal(first[0], second[0])}, "
           f"dwpe {compare.bitwise_equal(first[1], second[1])}; "
           f"{compare.count_bit_differences(first[0], second[0]):,} of {first[0].size:,} dwte elements differ")
+
+# %% [markdown]
+# Look at `dwpe`: where a GPU ran, its two runs can agree while the mirror's differ. The order of the adds
+# can only show where an element receives two or more of them on top of its old value. The package does
+# not launch the one-pack-per-thread kernel of the build-it: it launches
+# `encoder_backward_atomic_fp32_rows_kernel`, whose thread takes one pack of one position `t` for
+# `ATOMIC_ROWS` batch rows. It still adds every row into `dwte` with its own atomic, but it sums those rows
+# for `dwpe[t]` in registers, in the fixed order b = 0, 1, …, and adds the sum with **one** atomic (fewer
+# atomics on the row every sequence hits). Up to `ATOMIC_ROWS` sequences, each `dwpe` element receives one
+# atomic add: old value + sum, nothing to reorder, the same bits every run. The mirror adds one batch row
+# at a time, B adds per element in a random order, as the build-it's kernel would. With more sequences the
+# GPU's `dwpe` gets several atomics per element, and its bits may change too.
+
+# %%
+from gpt2enc_edu import layout
+
+print(f"B = {B}: atomic adds per dwpe element on the GPU {-(-B // layout.ATOMIC_ROWS)} "
+      f"(sums of up to ATOMIC_ROWS = {layout.ATOMIC_ROWS} rows), in the mirror {B} (one per batch row)")
 
 # %% [markdown]
 # How far apart are the two runs? `compare.ulp_difference` counts the representable fp32 values between
@@ -220,7 +254,26 @@ for method, (first, second) in runs16.items():
           f"{first[0].size:,} dwte elements differ between two runs")
 
 # %% [markdown]
-# ## 5. bf16 atomics lose precision
+# ### (optional) Why the fp32 route copies only the rows the batch uses
+#
+# fp32 atomics need fp32 targets, and bf16 gradients are not fp32. The first form of this route converted
+# the whole of `dwte` to fp32 before the adds and back after them: all V × C elements read and written
+# twice, however few rows the batch touched. At small batches that is far more traffic than the adds
+# themselves, and the route was slower than PyTorch's embedding backward (`docs/experiments.md`, "Atomic
+# baselines", has the measurements). Now a *widen* kernel copies to fp32 only the rows of the tokens the
+# batch uses (a per-token stamp lets the first warp that meets a token claim its row, so each row is copied
+# once), and a *narrow* kernel rounds those rows back to bf16 once after the adds. The bytes of both
+# designs for this batch, at GPT-2's vocabulary:
+
+# %%
+V_gpt2, per_element = 50257, 2 + 4 + 4 + 2  # widen: read bf16, write fp32; narrow: read fp32, write bf16
+distinct = np.unique(p16.inp).size
+print(f"{distinct:,} distinct ids in {B * T:,} positions. Converting all {V_gpt2:,} rows: "
+      f"{V_gpt2 * C * per_element / 1e6:,.0f} MB per call; only the used rows: {distinct * C * per_element / 1e6:.1f} MB; "
+      f"reading dout: {B * T * C * 2 / 1e6:.1f} MB")
+
+# %% [markdown]
+# ## 5. bf16 atomics lose precision (core)
 #
 # `method="atomic_bf16"` does what a kernel without fp32 scratch space would do: `atomicAdd` on the bf16
 # gradients themselves. Now **every** add rounds to 8 significant bits, and the rounding errors of a row
@@ -265,15 +318,26 @@ ax = plots.error_vs_adds(adds[rows], errors, title="dwte (bf16): error per row")
 # as large as the value it lands on, and one bf16 rounding per add costs little. **The real failure needs
 # small updates**, as in training: a gradient accumulated over many micro-batches is large, the next
 # micro-batch's contributions are small. Here `dout` is scaled by 10⁻³ while `dwte` stays N(0, 1): half a
-# bf16 ULP of a value near 1 is 2⁻⁸ ≈ 0.004, more than any single add. bf16 atomics round after every add,
-# so each add is rounded away on its own, however many of them a row receives; fp32 accumulation adds them
-# all first and rounds once, so a row's total arrives once it is large enough.
+# bf16 ULP of a value between 1 and 2 is 2⁻⁸ ≈ 0.004, four times a typical add. Not every add is below
+# that line, and not every value is near 1 (below 0.5 the ULP is half as large or less): the next cell
+# counts both for this batch. An add smaller than half an ULP of the value it lands on is rounded away by
+# itself. bf16 atomics round after every add, so such adds vanish one by one, however many a row receives;
+# fp32 accumulation adds them all first and rounds once, so a row's total arrives once it is large enough.
+
+# %%
+small = dataclasses.replace(p16, dout=(p16.dout.astype(np.float32) * np.float32(1e-3)).astype(enc.bfloat16))
+landing = small.dwte.astype(np.float32)[small.inp]  # (B, T, C): the value each add lands on (before the batch)
+half_ulp = np.ldexp(np.float32(1), np.frexp(landing)[1] - 9)  # half a bf16 ULP of it (8 significant bits)
+large = np.abs(small.dout.astype(np.float32)) >= half_ulp
+print(f"{np.count_nonzero(large):,} of {large.size:,} single adds ({100 * np.mean(large):.2f}%) are at least half a "
+      f"bf16 ULP of the value they land on; {100 * np.mean(np.abs(landing) < 0.5):.0f}% of the adds land on a value "
+      f"below 0.5 in magnitude")
+del landing, half_ulp, large
 #
 # Below, for each touched row: the fraction of the exact update (the float64 sum of the row's `dout`
 # terms) that actually arrived in `dwte`, against the number of adds.
 
 # %%
-small = dataclasses.replace(p16, dout=(p16.dout.astype(np.float32) * np.float32(1e-3)).astype(enc.bfloat16))
 compact = np.searchsorted(rows, small.inp).astype(np.int32)  # the reference on the touched rows only
 exact = reference.backward(small.dwte[rows], small.dwpe, small.dout, compact).dwte - small.dwte[rows].astype(np.float64)
 arrived = {}
@@ -303,7 +367,7 @@ for method, pair in runs16.items():
 
 
 # %% [markdown]
-# ## 6. llm.c does it this way
+# ## 6. (optional) llm.c does it this way
 #
 # llm.c's own encoder backward, in
 # [`llmc/encoder.cuh`](https://github.com/karpathy/llm.c/blob/master/llmc/encoder.cuh), uses **no atomics**:
@@ -311,16 +375,19 @@ for method, pair in runs16.items():
 # version 1 of llm.c's `dev/cuda/encoder_backward.cu`, the simple starting point (fp32 `atomicAdd`).
 #
 # On bf16 atomics, check the hardware before trusting the word "atomic": `atomicAdd` on `__nv_bfloat162`
-# is a single native instruction only from **sm_90** (Hopper) on. CUDA 13's `cuda_bf16.hpp` emits
-# `atom.add.noftz.bf16x2` under `NV_PROVIDES_SM_90`; for sm_80 (an A100) the same call compiles to a
-# compare-and-swap loop on the 32-bit word, and below sm_80 there is none, so `kernels/
-# encoder_backward_atomic.cu` writes that loop itself. The loop is just as correct, only slower under
-# contention, and it rounds after every add exactly as the native instruction does.
+# is a single native instruction only from **sm_90** (Hopper) on: `cuda_bf16.hpp` emits
+# `atom.add.noftz.bf16x2` under `NV_PROVIDES_SM_90`. Below sm_90 the header's `atomicAdd` is a
+# compare-and-swap loop on the 32-bit word (read the pair, add, write it back only if nobody changed it
+# meanwhile, else try again). CUDA 12.2 and newer, 13 included, provide that function on every
+# architecture; CUDA 12.0 and 12.1 only from sm_80. So `kernels/encoder_backward_atomic.cu` writes the
+# same loop itself below sm_80 (a T4 is sm_75): equivalent to the header's, needed only with those older
+# toolkits. The loop is just as correct, only slower under contention, and it rounds after every add
+# exactly as the native instruction does.
 #
 # The next notebook removes the atomics altogether and gets the same bits on every run, and on both
 # backends.
 #
-# ## 7. Exercise 2: which rows can change?
+# ## 7. Exercise 2: which rows can change? (core)
 #
 # Not every row of `dwte` can differ between two atomic runs. Take a fresh gradient: `dwte` **starts at
 # zero** and is stored in fp32. Write `rows_that_can_differ(inp, V)` that returns a boolean array of shape
@@ -328,7 +395,7 @@ for method, pair in runs16.items():
 # a CuPy array: use the same module for the answer.
 #
 # *Hint:* for a row that receives n adds, list the orders in which they can arrive, and ask which orders
-# can give different fp32 results when the row starts at 0 (section 3). The check draws its id batches
+# can give different fp32 results when the row starts at 0 ("Float addition is not associative"). The check draws its id batches
 # when it runs, then runs the atomic kernel a few times from zero and shows which rows really changed.
 # Solution: `solutions/exercises.py` (in the repository, outside the package). After it comes the CUDA
 # build-it exercise.
@@ -343,7 +410,22 @@ def rows_that_can_differ(inp, V):
 done = exercises.check_rows_that_can_differ(rows_that_can_differ, xp=xp)
 
 # %% [markdown]
-# ### Build it in CUDA
+# **After the exercise: two adds into zero, and three.** Starting from zero, a row that receives two adds
+# `a` and `b` ends as `(0 + a) + b` or `(0 + b) + a`. `0 + a` is exactly `a`, and fp32 addition is
+# commutative (`a + b` and `b + a` round the same exact sum), so both orders give the same bits. With three
+# adds the orders group differently, `(a + b) + c` against `(b + c) + a`, and as in "Float addition is not
+# associative" those can round differently. The same numbers as there, added into zero:
+
+# %%
+terms = {"a": a, "b": b, "c": c}  # 1, 2^-24 and 2^-24, from "Float addition is not associative"
+for order in ("ab", "ba", "abc", "bca"):
+    total = np.float32(0.0)
+    for name in order:
+        total = rounding.fadd(total, terms[name])
+    print(f"0 + {' + '.join(order):9s} = {float(total):.9f}  bits 0x{int(np.asarray(total).view(np.uint32)):08X}")
+
+# %% [markdown]
+# ### (optional) Build it in CUDA
 #
 # With a GPU, write the fp32 atomic kernel itself. Here is `kernels/encoder_backward_atomic.cu` with the
 # body of `encoder_backward_atomic_fp32_kernel` cut out (and the bf16 kernel emptied: it would give the
@@ -364,3 +446,12 @@ my_atomic_cu = r"""
 # %%
 verdict = buildit.check_backward_atomic(my_atomic_cu)
 verdict.show()
+
+
+# %% [markdown]
+# The whole `kernels/encoder_backward_atomic.cu` (the kernel above, the rows kernel the package launches,
+# the widen and narrow kernels and the bf16 atomics) opens here once your CUDA kernel passed (`unlocked=True`
+# opens it now, for instance without a GPU):
+
+# %%
+reveal.kernel("atomic", unlocked=verdict)
