@@ -234,6 +234,7 @@ print(f"chunked vs bucketed: {np.count_nonzero(ulps):,} of {chunked.size:,} elem
       compare.within_bound(bucketed, ref.dwte, bound))
 del results, cpu, ref, bound, chunked, bucketed, ulps
 
+
 # %% [markdown]
 # ### Why bf16 runs of the two methods usually agree
 #
