@@ -14,22 +14,13 @@ from .rounding import bfloat16, float32
 WARP_SIZE = 32
 #: Threads per block of the elementwise kernels (forward, atomic backward).
 BLOCK_SIZE = 256
-#: Threads per block of the wpe backward kernel. It runs beside the GPU bucket table on a side stream: one wave of
-#: long-lived blocks that stream dout. At 256 threads (384 blocks at GPT-2 shapes, more than an H200 has SMs)
-#: the table's kernel 3, one block of 1024 threads, was not placed on any SM until the wpe kernel's blocks ended
-#: (about 20 us at B=64, where the scatter route starts at once); at 1024 threads (96 blocks: 36 of the 132 SMs hold
-#: none) it starts when its turn comes. Any size gives the same bits: each thread owns its elements.
-#: docs/performance.md, part 9.
+#: Threads per block of the wpe backward kernel. It runs beside the GPU bucket table on a side stream; with fewer
+#: blocks than SMs, the table's one-block kernels find an SM at once instead of waiting for the wpe blocks to end
+#: (docs/experiments.md, schedule: "a faster table that made the backward slower"). Any size gives the same bits.
 WPE_BLOCK_SIZE = 1024
-#: Beside the scatter route's bucket table built in the same call (more than one sequence), the wpe kernel gets
-#: this share of the SMs (one block each, whose threads walk the packs in turn) instead of a block per 1024 packs.
-#: A 1024-thread block of it takes 36 registers a thread, more than half an SM's, so no 1024-thread kernel of the
-#: table fits beside it: with 96 of an H200's 132 SMs held, the table took 37 us inside the backward at B=64 on
-#: uniform ids, against 20 alone, and the chunked backward 108.6 us; at 48 blocks the table ended at 25 us and the
-#: backward took 103-104 (docs/performance.md, part 18). Beside a table built ahead nothing waits on the wpe
-#: kernel's SMs, and beside the one-block table (one sequence), which needs one SM, the narrow grid only makes the wpe
-#: kernel longer: the full grid there (the bucketed call at B=1 took 15.6 / 18.4 / 18.6 us with the narrow grid and
-#: 15.3 / 18.4 / 18.2 with the full one, two bench runs apart: within their spread, but nothing to gain).
+#: Beside the scatter route's table built in the same call, the wpe kernel gets this share of the SMs (a block
+#: each): a block of it leaves no room for the table's 1024-thread kernels on its SM. Elsewhere it keeps the full grid.
+#: Why this share: docs/experiments.md, wpe kernel: "the wpe kernel on a share of the SMs beside the table".
 WPE_SM_SHARE_BESIDE_TABLE = 3 / 8
 
 
