@@ -66,10 +66,9 @@ def encoder_backward_wpe(dwpe, dout, B: int, T: int, C: int, seed: int, *, block
 
 
 #: The bucketed kernel's "warps_prefetch" form asks L2 for the dout rows of a big bucket before summing them; the
-#: package takes it when dout takes at most this share of the L2 cache. On an H200 (60 MB of L2) that was faster at
-#: B=1 and B=8 (dout 1.6 and 12.6 MB) and slower at B=64 (101 MB), where the prefetched lines push each other out
-#: (docs/performance.md, part 12). (The chunk kernel asked L2 for its rows the same way up to part 14; without it,
-#: it was faster at every batch size measured, part 15.)
+#: package takes it when dout takes at most this share of the L2 cache: where dout fits easily the prefetch saves
+#: round trips, where it does not the prefetched lines push each other out (docs/experiments.md, wte kernels:
+#: "a big bucket's rows asked of L2 first"). The chunk kernel does not prefetch: on its current form it only cost.
 PREFETCH_MAX_L2_SHARE = 0.25
 
 
@@ -90,11 +89,9 @@ BUCKETED_FORMS = {"warps": "encoder_backward_wte_bucketed_warps_kernel",
 
 def bucketed_form(dout_nbytes: int, l2_bytes: int) -> str:
     """The form of the bucketed wte kernel the package launches: ``"warps_prefetch"`` where dout fits easily in L2
-    (``prefetch_rows``: B <= 8 at GPT-2 shapes on an H200), else ``"warps"``.
-
-    On an H200, on Zipf ids, the prefetch took the kernel from 31.1 to 29.7 us at B=8 and from 9.1 to 8.9 at B=1 (in
-    an earlier run from 35 to 29 and from 10.2 to 9.1); it changed nothing on uniform ids (whose buckets are small),
-    and at B=64 it was slower on real ids (140 against 127-130 us; docs/performance.md, part 12)."""
+    (``prefetch_rows``: B <= 8 at GPT-2 shapes on an H200), else ``"warps"``. The prefetch helps skewed ids, whose
+    big buckets wait on chains of row reads, and nothing on uniform ids, whose buckets are small
+    (docs/experiments.md, wte kernels: "a big bucket's rows asked of L2 first")."""
     return "warps_prefetch" if prefetch_rows(dout_nbytes, l2_bytes) else "warps"
 
 
@@ -102,9 +99,8 @@ def encoder_backward_wte_bucketed(dwte, table, dout, C: int, seed: int, *, form:
     """llm.c's bucketed wte scheme; ``table`` is a ``BucketTable`` (copied over, llm.c's route) or a device one.
 
     ``form`` picks the kernel (``BUCKETED_FORMS``; None: ``bucketed_form``'s choice, the package's): "block" is
-    llm.c's one block per bucket. Every form gives the same bits for any table, in any bucket order; on an H200 at
-    B=64 the warps form took 79 / 255 / 141 us against 174 / 311 / 174 for the block form on uniform / Zipf / real
-    ids (docs/performance.md, part 10)."""
+    llm.c's one block per bucket. Every form gives the same bits for any table, in any bucket order; the warps
+    form does not hold a block of 8 warps for a bucket of one or two items (docs/performance.md, wte kernels)."""
     if form is not None:
         check_choice("form", form, tuple(BUCKETED_FORMS))
     table = to_device(table)
@@ -147,9 +143,9 @@ def chunk_walk(max_units: int, C: int, dtype) -> str:
     GPU in one wave of the staged form (so that its fewer blocks per SM cost nothing) and the GPU has cp.async
     (sm_80 and newer), else ``"registers"``.
 
-    On an H200 at GPT-2 shapes with the GPU-built table that is B <= 2. At B=1 the staged form took the chunked wte
-    kernels from 17.6 to 13.7 us on Zipf ids (bench); where the grid takes several waves it was slower: 6-16% at
-    B=64, 10% at B=8 on uniform ids (docs/performance.md, part 7)."""
+    On an H200 at GPT-2 shapes with the GPU-built table that is B <= 2. Staging saves the latency of a frequent
+    token's row walk, but where the grid takes several waves the blocks an SM loses cost more than that
+    (docs/experiments.md, wte kernels: "a chunk's rows staged in shared memory")."""
     return _walk_for_grid(_chunk_grid(max_units, C, dtype), dtype, device_facts())
 
 
@@ -196,10 +192,9 @@ def encoder_backward_small(dwte, dwpe, dout, inp, B: int, T: int, C: int, seed: 
     the ids itself, so no bucket table is built and no other kernel runs (``kernels/encoder_backward_small.cu``).
     Same bits as the wpe kernel and the chunked wte kernels on the GPU-built table.
 
-    The grid is as many blocks as the GPU holds at once (any grid gives the same bits). On an H200 at B=1, T=1024
-    (the bench) the call took 11.6 / 12.1 / 12.1 us on uniform / Zipf / real ids, against 15.9 / 20.3 / 19.9 for the
-    four kernels it replaces (part 12's bench) and 14.7 / 18.0 / 17.0 for the bucketed method (docs/performance.md,
-    part 13)."""
+    The grid is as many blocks as the GPU holds at once (any grid gives the same bits). One launch instead of four
+    removes the launch gaps and the one-block table's sort on one SM while the others idle (docs/performance.md,
+    "one launch for one sequence")."""
     check_small_backward_batch(B, T)
     file_name, kernel_name = "encoder_backward_small.cu", "encoder_backward_small_kernel"
     grid = blocks_per_sm(file_name, kernel_name, dout.dtype, SMALL_BACKWARD_THREADS) * device_facts().sm_count
@@ -240,13 +235,11 @@ def encoder_backward_deterministic_gpu_bucketing(dwte, dwpe, dout, inp, B: int, 
     launched as a programmatic dependent of the kernel before it, ``loader.launch(..., after_kernel=True)``).
     Events order the rest without the host: the side stream starts after all work already queued on the caller's
     stream (dout is ready, and an earlier call's wpe kernel is done), and the caller's stream waits for the wpe
-    kernel at the end, so that whatever it runs next sees dwpe. (Measured on an H200 against the schedule before,
-    the table beside the wpe kernel and then the wte kernel: the chunked method 0.5-1.3 us faster at B=1 and B=8
-    and 4-6 us faster at B=64; the bucketed one 1.4-1.8 us faster at B=1, within 1% at B=8 and within 2% either
-    way at B=64; docs/performance.md, part 4.) The wpe kernel's blocks are 1024 threads wide (``WPE_BLOCK_SIZE``),
-    so that it leaves SMs free for the table's one-block kernel (part 9); beside the scatter route's table built in
-    this call it takes only ``layout.WPE_SM_SHARE_BESIDE_TABLE`` of the SMs, whose threads walk dwpe's packs in
-    turn, so that the table's kernels are not kept waiting for SMs (part 18).
+    kernel at the end, so that whatever it runs next sees dwpe. The wpe kernel's blocks are 1024 threads wide
+    (``WPE_BLOCK_SIZE``), so that it leaves SMs free for the table's one-block kernels; beside the scatter route's
+    table built in this call it takes only ``layout.WPE_SM_SHARE_BESIDE_TABLE`` of the SMs, whose threads walk
+    dwpe's packs in turn, so that the table's kernels are not kept waiting for SMs (docs/experiments.md, schedule,
+    streams and launches).
     """
     if one_launch_backward(method.name, "gpu", B * T, V, buckets_given=table is not None):
         _launcher(method.one_launch)(dwte, dwpe, dout, inp, B, T, C, seed)  # one launch, its own sort: no table
