@@ -1,11 +1,12 @@
 """The public calls: validate, pick the backend from the arrays, run the kernel or its mirror.
 
     user call (NumPy or CuPy arrays)
-      -> validate  (everything, before anything is written)
+      -> hold the memory it writes and reads (memory.SPAN_LOCK; only the arrays' kinds are checked before)
+      -> validate  (everything, before anything is written: what is checked is what runs)
       -> dispatch  (NumPy -> mirror.py, CuPy -> cuda.py)
       -> bucket table, for the deterministic methods (buckets.host with NumPy, or buckets.gpu on the GPU:
          the same table either way)
-      -> kernel | mirror
+      -> kernel | mirror (into private buffers, then committed: all outputs written or none)
 """
 
 from __future__ import annotations
@@ -32,6 +33,45 @@ def _hold(backend_name: str, writes, reads):
     return memory.SPAN_LOCK.hold(writes, reads, resources)
 
 
+def _held(arrays: dict, written: tuple[str, ...]):
+    """``_hold`` the memory of a call's array arguments ``arrays`` (by name), those named in ``written`` exclusively.
+
+    Taken before validation, so that what is validated is what runs: no other call can write the ids, or flip an
+    output's flag, between the check and the run. Only the arguments' kinds are checked first (what the lock needs
+    to read their memory; the same ``TypeError`` as validation gives, in the same order).
+    """
+    kind = backend.backend_of(**arrays)
+    return _hold(kind, writes=[a for n, a in arrays.items() if n in written],
+                 reads=[a for n, a in arrays.items() if n not in written])
+
+
+def _mirror_ids(inp, dims) -> np.ndarray:
+    """A private copy of the ids for the mirror, checked to lie in ``[0, V)`` whatever ``check_ids`` says.
+
+    The mirror indexes NumPy arrays with the ids, where a negative id would wrap to a row from the end and an id
+    of ``V`` would raise ``IndexError`` in the middle of a call: one pass over B*T ints refuses both first. The copy
+    is what the mirror reads, so nothing can change the ids after the check.
+    """
+    ids = np.array(inp, dtype=np.int32)
+    validate.check_ids_in_range(ids, dims.V)
+    return ids
+
+
+def _commit(results: dict) -> None:
+    """Copy every result the mirror computed into its output, all of them or none: ``{name: (output, result)}``.
+
+    The copies go through views made here, whose flags no one else holds: an output found read-only is refused
+    (``ValueError``) before anything is copied, and one whose flag is flipped afterwards is still written whole.
+    ``KeyboardInterrupt`` is held back until every copy is made (``memory.deferred_interrupt``).
+    """
+    targets = {name: output.view() for name, (output, _) in results.items()}
+    for name, target in targets.items():
+        validate.check_writable(name, target)
+    with memory.deferred_interrupt():
+        for name, (_, result) in results.items():
+            np.copyto(targets[name], result)
+
+
 def _runner(name: str):
     """The module that runs kernels for backend ``name`` (``cuda`` or ``mirror``), recorded for ``last_backend()``."""
     backend.record(name)
@@ -52,14 +92,21 @@ def encoder_forward(inp, wte, wpe, *, out=None, check_ids: bool = True):
     Returns ``out``. NumPy arguments run the NumPy mirror, CuPy arguments the CUDA kernel; the result is
     the same bits either way (fp32 add, rounded to nearest).
     """
-    dims = validate.forward_args(inp, wte, wpe, out, check_ids)
-    run = _runner(dims.backend)
-    if out is None:
-        xp = np if dims.backend == "numpy" else cupy_module()
-        out = xp.empty((dims.B, dims.T, dims.C), dtype=dims.dtype)
-    with _hold(dims.backend, writes=(out,), reads=(inp, wte, wpe)):
-        run.encoder_forward(out, inp, wte, wpe, dims.B, dims.T, dims.C)
-    return out
+    given = {"inp": inp, "wte": wte, "wpe": wpe} | ({} if out is None else {"out": out})
+    with _held(given, written=("out",)):
+        dims = validate.forward_args(inp, wte, wpe, out, check_ids)
+        run = _runner(dims.backend)
+        shape = (dims.B, dims.T, dims.C)
+        if dims.backend == "cuda":
+            out = cupy_module().empty(shape, dtype=dims.dtype) if out is None else out
+            run.encoder_forward(out, inp, wte, wpe, dims.B, dims.T, dims.C)
+            return out
+        result = np.empty(shape, dtype=dims.dtype)
+        run.encoder_forward(result, _mirror_ids(inp, dims), wte, wpe, dims.B, dims.T, dims.C)
+        if out is None:
+            return result
+        _commit({"out": (out, result)})
+        return out
 
 
 def make_buckets(inp, C: int, dtype, *, V: int | None = None, check_ids: bool = True):
@@ -78,19 +125,24 @@ def make_buckets(inp, C: int, dtype, *, V: int | None = None, check_ids: bool = 
     Either table can be built ahead and passed to ``encoder_backward(..., buckets=table)``.
     """
     check_ids = validate.check_flag("check_ids", check_ids)
-    validate.bucket_args(inp, C, dtype, check_ids)
-    if V is not None:
-        validate.check_int("V", V, minimum=1)
-        if check_ids:
-            validate.check_ids_in_range(inp, int(V))
-    if backend.is_cupy_array(inp):
-        if V is None:
+    with _held({"inp": inp}, written=()):
+        validate.bucket_args(inp, C, dtype, check_ids)
+        if V is not None:
+            validate.check_int("V", V, minimum=1)
+            if check_ids:
+                validate.check_ids_in_range(inp, int(V))
+        if backend.is_cupy_array(inp) and V is None:
             raise ValueError("V (the vocabulary size) is required to bucket CuPy ids on the GPU")
+        return _build_table(inp, int(C), np.dtype(dtype), V)
+
+
+def _build_table(inp, C: int, dtype: np.dtype, V: int | None):
+    """``make_buckets`` after validation, with ``inp`` (and, for CuPy ids, the stream) held by the caller."""
+    if backend.is_cupy_array(inp):
         backend.record("cuda")
-        with _hold("cuda", writes=(), reads=(inp,)):  # built in the stream's reused workspace, then copied out
-            return build_bucket_table_gpu(inp, int(C), np.dtype(dtype), int(V)).copy()
+        return build_bucket_table_gpu(inp, C, dtype, int(V)).copy()  # built in the stream's reused workspace
     backend.record("numpy")
-    return build_bucket_table(inp, int(C), dtype)
+    return build_bucket_table(inp, C, dtype)
 
 
 def encoder_backward(dwte, dwpe, dout, inp, *positional, seed=validate.SEED_REQUIRED, method: str = DEFAULT_METHOD,
@@ -133,20 +185,26 @@ def encoder_backward(dwte, dwpe, dout, inp, *positional, seed=validate.SEED_REQU
     threads that write the same memory run one after another; see ``docs/reliability.md``.
     """
     validate.check_seed_given("encoder_backward", seed, positional)
-    dims, seed = validate.backward_args(dwte, dwpe, dout, inp, seed, method, check_ids, bucketing)
-    if buckets is not None:
-        validate.check_buckets(buckets, dims, method, bucketing)
-        if check_ids:
-            _check_table_of_ids(buckets, inp, dims, method)
-    with _hold(dims.backend, writes=(dwte, dwpe), reads=(dout, inp)):
-        _backward(dims, dwte, dwpe, dout, inp, seed, METHODS[method], bucketing, buckets)
+    with _held({"dwte": dwte, "dwpe": dwpe, "dout": dout, "inp": inp}, written=("dwte", "dwpe")):
+        dims, seed = validate.backward_args(dwte, dwpe, dout, inp, seed, method, check_ids, bucketing)
+        if buckets is not None:
+            validate.check_buckets(buckets, dims, method, bucketing)
+            if check_ids:
+                _check_table_of_ids(buckets, inp, dims, method)
+        if dims.backend == "cuda":
+            _backward(dims, dwte, dwpe, dout, inp, seed, METHODS[method], bucketing, buckets)
+            return
+        ids = _mirror_ids(inp, dims)
+        new_dwte, new_dwpe = np.array(dwte), np.array(dwpe)  # private: nothing is written before the commit
+        _backward(dims, new_dwte, new_dwpe, dout, ids, seed, METHODS[method], bucketing, buckets)
+        _commit({"dwte": (dwte, new_dwte), "dwpe": (dwpe, new_dwpe)})
 
 
 def _check_table_of_ids(table, inp, dims, method: str) -> None:
     """ValueError unless ``table`` is the table ``make_buckets`` builds for ``inp`` (built again and compared; for
     CuPy arrays on the GPU, then copied to the host: a sync)."""
     rows = METHODS[method].bucket_rows or getattr(table, "has_bucket_rows", True)
-    fresh = make_buckets(inp, dims.C, dims.dtype, V=dims.V if dims.backend == "cuda" else None, check_ids=False)
+    fresh = _build_table(inp, dims.C, dims.dtype, dims.V)  # the call holds inp (and its stream) already
     host = [t if isinstance(t, BucketTable) else t.to_host(bucket_rows=rows) for t in (table, fresh)]
     if not same_table(*host, bucket_rows=rows):
         raise ValueError("buckets is not the bucket table of these ids; build it with make_buckets(inp, C, dtype, V=V) "
