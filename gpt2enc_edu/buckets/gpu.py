@@ -145,8 +145,8 @@ def _launch_scatter(cupy, inp, BT: int, V: int, groups: int, dtype, ws, stop_aft
 
     Kernel 1 adds into ``counts``, which must be zero when it starts. They are, without a memset: a workspace starts
     with zeros and kernel 4 counts every token back down. Only a run stopped before kernel 4 (phase timing) leaves
-    them dirty; the next run then clears them first, as does ``clear_counts=True``. (The memset was 1.2-1.3 us of
-    every table on an H200, as graph replays; docs/performance.md, part 8.)
+    them dirty; the next run then clears them first, as does ``clear_counts=True``. (A memset would be one more
+    dependent step of every table; docs/experiments.md, bucket table.)
     """
     steps = len(SCATTER_PHASES) if stop_after == 0 else max(stop_after, 0)
     stream = cupy.cuda.get_current_stream()
@@ -185,11 +185,8 @@ def scatter_sort_blocks(BT: int, V: int) -> tuple[int, int]:
     Big tokens: one block each, at most two per SM (a 1024-thread block with an 8 KiB bitmap; two fit an SM). Small
     tokens: a pool of at most one block per SM, whose warps walk the tokens in turn (fewer blocks if there are fewer
     tokens than the pool has warps). A warp per token in a grid sized for every token that may need one (about
-    1,600 blocks at B=64, most of whose warps leave at once) was slower on an H200 since the wpe kernel took
-    1024-thread blocks (part 9): the table alone 25.5 / 33.6 / 36.6 -> 21.9 / 33.7 / 33.4 us at B=64 (uniform / Zipf
-    / real ids), the chunked backward with it 111.0 / 103.9 / 99.4 -> 108.9 / 103.8 / 96.2; B=8 unchanged. Part 8,
-    before part 9, had measured the same pool faster alone but slower in the backward (docs/performance.md, part
-    16)."""
+    1,600 blocks at B=64, most of whose warps leave at once) holds SMs for warps that have nothing to do
+    (docs/experiments.md, bucket table: "kernel 6's small tokens taken by a pool of one block per SM")."""
     facts = device_facts()
     big_blocks = max(1, min(scatter_max_big(BT), 2 * facts.sm_count))
     return big_blocks, min(ceil_div(min(V, BT), SCATTER_THREADS // WARP_SIZE), facts.sm_count)
@@ -300,9 +297,9 @@ def build_bucket_table_gpu(inp, C: int, dtype, V: int, *, route: str | None = No
     route gives the same table.
 
     ``bucket_rows=False``: the caller reads only the units, ``bt_list`` and the counters (the chunked wte kernels
-    do). The one-block route then does not write the bucket rows, which took 0.2-0.9 us of its 8 us at B=1 on an
-    H200 (docs/performance.md, part 6), and the scatter route writes only the big tokens' rows, which its own kernel
-    5 reads (docs/performance.md, part 19); the cooperative route writes them all, since its later steps read them.
+    do). The one-block route then does not write the bucket rows (one SM writing them is a visible share of its time
+    at B=1), and the scatter route writes only the big tokens' rows, which its own kernel 5 reads (it finds a small
+    token's range from its class); the cooperative route writes them all, since its later steps read them.
     The table's ``has_bucket_rows`` says which, and readers of the rows (``to_host``, the bucketed wte kernel)
     refuse a table without them.
     """
