@@ -1,5 +1,6 @@
-"""The encoder for PyTorch: an ``autograd.Function`` (``EncoderFunction``, called through ``encoder``) and an
-``nn.Module`` (``GPT2Embedding``) that run the package's kernels on torch tensors.
+"""The encoder for PyTorch: two custom operators (``torch.ops.gpt2enc_edu.encoder_forward`` and ``.encoder_backward``)
+with autograd, a function (``encoder``) and an ``nn.Module`` (``GPT2Embedding``) that run the package's kernels on
+torch tensors.
 
     import torch
     from gpt2enc_edu.torch import GPT2Embedding
@@ -8,59 +9,69 @@
     x = emb(ids)                    # (B, T, C) = wte[ids] + wpe[:T]
     x.float().square().sum().backward()   # emb.wte.grad, emb.wpe.grad
 
-``import gpt2enc_edu`` never imports this module (nor torch); ``import gpt2enc_edu.torch`` needs torch.
+``import gpt2enc_edu`` never imports this module (nor torch); ``import gpt2enc_edu.torch`` needs torch. docs/torch.md
+says what the adapter promises and what bounds it; in short:
 
-What it does, and the decisions behind it:
-
-* **Backends.** CUDA tensors run the CUDA kernels (through CuPy) on torch's current stream, with no copies:
-  tensors are viewed as CuPy arrays through DLPack (bf16 as ``int16`` and reinterpreted, which works
-  whatever CuPy's DLPack knows about bf16). CPU tensors run the NumPy mirror on zero-copy NumPy views
-  (torch has no NumPy bf16: the ``int16`` view is reinterpreted as ``ml_dtypes.bfloat16``). Both give the
-  same bits, as the package's functions do.
-* **Token ids** may be ``int32`` or ``int64`` (PyTorch's default). ``int64`` ids are checked to lie in
-  ``[0, V)`` first, so a huge id cannot wrap, then converted to ``int32`` (a copy of ``B*T`` ids). Any other
-  dtype is refused with ``TypeError``. Non-contiguous ids are made contiguous.
-* **Weights**: ``wte`` (V, C) and ``wpe`` (maxT, C), both bf16 or both fp32, contiguous, on the device of
-  the ids; ``C`` a multiple of 8 (bf16) or 4 (fp32). Anything else is refused by the package's validation
-  with its message, before anything runs.
-* **Gradients** are returned from ``backward`` as fresh tensors (zeros, into which the kernel adds), and
-  autograd accumulates them into ``.grad`` as it does for ``nn.Embedding``: hooks, ``torch.autograd.grad``,
-  tied weights (the LM head sharing ``wte``), frozen weights and gradient accumulation behave as usual. So
-  the bf16 stochastic rounding rounds this call's sums (as ``encoder_backward`` into zeroed gradients does);
-  adding them to an existing ``.grad`` is PyTorch's own add.
-* **Seeds.** Every backward draws a fresh stochastic-rounding seed in ``[0, 2**32)`` from ``generator``, a
-  CPU ``torch.Generator`` (default: ``torch.default_generator``, so ``torch.manual_seed(s)`` makes a run
-  reproducible). ``method`` is one of the package's (``"chunked"``, the fastest deterministic one, by
-  default; ``"bucketed"``; ``"atomic"`` and ``"atomic_bf16"``, nondeterministic).
-* **The bucket table is built in the forward** (``bucket_ahead=True``, the default), where the deterministic
-  methods would build it on the GPU (CUDA tensors, ``bucketing`` ``"auto"`` or ``"gpu"``): the ids are known
-  there, so the table (``make_buckets``) is built on a side stream that waits only for the ids, while the model's
-  forward goes on; the backward waits for it and only sums. That takes the table off the backward's critical path
-  (docs/performance.md, part 12). Same bits either way. The table (about 4 MB at B=64, T=1024) is held until the
-  graph is freed. ``bucket_ahead=False`` builds it inside the backward, as ``encoder_backward`` does by itself.
-  Not where the backward is one launch (``cuda.one_launch_backward``: the chunked method on at most 1024 ids):
-  that kernel sorts the ids itself and reads no table (docs/performance.md, part 13), so a table would cost host
-  time for a slower backward.
+* **Operators.** Both are registered with ``torch.library.custom_op``, with fake (meta) implementations, and the
+  forward with ``register_autograd``, so ``torch.compile(fullgraph=True)`` takes them (CPU and CUDA, bf16 and fp32,
+  the same bits as eager), ``torch.library.opcheck`` passes, and CUDA graphs capture them (``torch.cuda.graph``,
+  ``torch.compile(mode="reduce-overhead")``): inside a call there is no host sync, no allocation outside torch's
+  caching allocator, and no decision that depends on the GPU's data.
+* **Backends.** CUDA tensors run the kernels (through CuPy) on torch's current stream, with no copies: tensors are
+  viewed as CuPy arrays over their memory. CuPy's own allocations inside a call (the bucket table's workspace, the
+  chunk partials) come from torch's caching allocator, so a captured graph keeps them in its pool. CPU tensors run
+  the NumPy mirror on zero-copy NumPy views (bf16 as ``int16``, reinterpreted as ``ml_dtypes.bfloat16``). Both give
+  the same bits, as the package's functions do.
+* **Token ids** may be ``int32`` or ``int64`` (PyTorch's default), of any layout. ``check_ids=True`` (the default)
+  checks them against ``[0, V)`` in their own type before any kernel reads them. On the CPU that is the NumPy check
+  (``ValueError`` at once). On the GPU it is ``kernels/token_ids.cu``, which also writes the int32 copy the kernels
+  read, with no host sync: an id out of range stops that kernel with a trap, the CUDA context is lost (as after a
+  device-side assert, which is what ``nn.Embedding`` does with such an id), nothing queued after it runs, so no
+  encoder kernel reads or writes out of bounds and no gradient is half-written, and PyTorch raises at its next
+  synchronising call. ``check_ids=False`` skips the check (an int64 id is then narrowed as ``.to(torch.int32)``;
+  an id out of range is undefined behaviour, as in llm.c).
+* **Weights**: ``wte`` (V, C) and ``wpe`` (maxT, C), both bf16 or both fp32, on the device of the ids; ``C`` a
+  multiple of 8 (bf16) or 4 (fp32). A tensor the kernels cannot read in place (not contiguous, or not 16-byte
+  aligned, as a slice or ``torch.cat``'s backward may hand out) is copied first, as ``nn.Embedding`` copies what its
+  kernels cannot read. Anything else is refused by the package's validation, before anything runs.
+* **Gradients** are fresh tensors from the backward (zeros, into which the kernel adds), and autograd accumulates
+  them into ``.grad`` as it does for ``nn.Embedding``: hooks, ``torch.autograd.grad``, tied weights, frozen weights
+  and gradient accumulation behave as usual. The backward is not itself differentiable: a double backward through
+  it raises ``RuntimeError`` (``once_differentiable``).
+* **Methods** are ``methods.METHODS``'s (``methods.DEFAULT_METHOD`` by default); one whose row is not deterministic
+  raises under ``torch.use_deterministic_algorithms(True)`` (a warning with ``warn_only=True``), as PyTorch's own
+  nondeterministic operators do.
+* **Seeds.** Every backward draws a fresh stochastic-rounding seed in ``[0, 2**32)`` from ``generator``, a CPU
+  ``torch.Generator`` (default: ``torch.default_generator``, so ``torch.manual_seed(s)`` makes a run reproducible),
+  when the backward operator runs: in eager mode and in compiled code alike, so a compiled step draws the seeds an
+  eager step draws and gives its bits. The kernels take the seed as a launch argument, so a CUDA graph keeps the seed
+  drawn while it was captured, and every replay rounds with that seed (docs/torch.md).
 """
 
 from __future__ import annotations
 
 import contextlib
 import warnings
+import weakref
 
 import numpy as np
 import torch
 from torch import nn
+from torch._prims_common import alert_not_deterministic
+from torch.autograd.function import once_differentiable
 
-from .cuda import one_launch_backward
-from .encoder import encoder_backward, encoder_forward, make_buckets
+from .encoder import encoder_backward, encoder_forward
+from .methods import BUCKETINGS, DEFAULT_METHOD, METHODS
 from .rounding import bfloat16
-from .validate import DETERMINISTIC_METHODS, check_flag
+from .token_ids import token_ids
+from .validate import check_flag
 
-__all__ = ["EncoderFunction", "GPT2Embedding", "as_array", "draw_seed", "encoder", "from_array", "on_torch_stream"]
+__all__ = ["GPT2Embedding", "as_array", "draw_seed", "encoder", "from_array", "on_torch_stream"]
 
 _STORAGE = {torch.bfloat16: bfloat16, torch.float32: np.dtype(np.float32)}
 _ID_DTYPES = (torch.int32, torch.int64)
+#: The address alignment every array of the kernels needs (128-bit loads and stores).
+_ALIGN = 16
 
 
 def as_array(t: torch.Tensor):
@@ -89,9 +100,8 @@ _NUMPY_OF = {torch.int16: np.int16, torch.int32: np.int32, torch.int64: np.int64
 def _view(t: torch.Tensor):
     """``as_array(t)`` for the adapter's own calls, which run inside ``on_torch_stream``: for a contiguous CUDA tensor,
     a CuPy array over its memory built directly (the array holds ``t``, so the memory outlives it), without the
-    DLPack exchange and its stream bookkeeping, which cost the adapter more host time than the rest of a call (an
-    H200 run: about half a millisecond of a step's 2.2 ms at B=1; docs/performance.md, part 12). Other tensors
-    take ``as_array``."""
+    DLPack exchange and its stream bookkeeping, which cost the adapter more host time than the rest of a call
+    (docs/experiments.md, host overhead). Other tensors take ``as_array``."""
     t = t.detach()
     bf16 = t.dtype == torch.bfloat16
     raw = t.view(torch.int16) if bf16 else t
@@ -113,26 +123,48 @@ def from_array(array) -> torch.Tensor:
     return t.view(torch.bfloat16) if bf16 else t
 
 
+#: CuPy's views of torch's streams, by (device, stream address); at most ``_MAX_STREAMS``, the oldest forgotten first.
+_streams: dict = {}
+_MAX_STREAMS = 16
+
+
+def _cupy_stream(cupy, stream, index: int):
+    """torch's ``stream`` as a CuPy ``ExternalStream``, made once per stream (CuPy 14 calls it deprecated in favour of
+    ``Stream.from_external``; the warning is silenced here, the older call is the one checked on the H200)."""
+    key = (index, stream.cuda_stream)
+    external = _streams.get(key)
+    if external is None:
+        if len(_streams) >= _MAX_STREAMS:
+            del _streams[next(iter(_streams))]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            external = _streams[key] = cupy.cuda.ExternalStream(stream.cuda_stream, index)
+    return external
+
+
+def _torch_malloc(nbytes: int):
+    """CuPy's allocator inside ``on_torch_stream``: memory from torch's caching allocator, on torch's current stream
+    (inside a CUDA-graph capture, from the graph's pool), returned to it when CuPy drops the memory."""
+    import cupy
+
+    index = cupy.cuda.Device().id
+    t = torch.empty(nbytes, dtype=torch.uint8, device=torch.device("cuda", index))
+    return cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(t.data_ptr(), nbytes, t, index), 0)
+
+
 @contextlib.contextmanager
 def on_torch_stream(device: torch.device):
-    """For a CUDA ``device``: make it CuPy's current device and torch's current stream CuPy's current stream."""
+    """For a CUDA ``device``: make it CuPy's current device, torch's current stream CuPy's current stream, and
+    torch's caching allocator CuPy's allocator (so whatever a call allocates lives in torch's pool)."""
     if device.type != "cuda":
         yield
         return
     import cupy
 
     index = device.index if device.index is not None else torch.cuda.current_device()
-    stream = torch.cuda.current_stream(index)
-    with cupy.cuda.Device(index), _cupy_stream(cupy, stream, index):
+    stream = _cupy_stream(cupy, torch.cuda.current_stream(index), index)
+    with cupy.cuda.Device(index), stream, cupy.cuda.using_allocator(_torch_malloc):
         yield
-
-
-def _cupy_stream(cupy, stream, index: int):
-    """torch's ``stream`` as a CuPy ``ExternalStream`` (CuPy 14 calls it deprecated in favour of
-    ``Stream.from_external``; the warning is silenced here, the older call is the one checked on the H200)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return cupy.cuda.ExternalStream(stream.cuda_stream, index)
 
 
 def draw_seed(generator: torch.Generator | None = None) -> int:
@@ -141,20 +173,127 @@ def draw_seed(generator: torch.Generator | None = None) -> int:
     return int(torch.randint(0, 2**32, (1,), generator=generator, device=generator.device).item())
 
 
-def _ids_int32(inp: torch.Tensor, V: int, check_ids: bool) -> torch.Tensor:
-    """``inp`` as contiguous int32 ids, range-checked on its own dtype first (int64 cannot wrap)."""
+# ------------------------------------------------------------------------------------------------ generators
+# The operators take a generator as an int key (an operator's schema has no Generator), resolved when the backward
+# runs. Key 0 is torch's default generator; the others live as long as their generator.
+_generators: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_keys: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_next_key = [1]
+
+
+def _generator_key(generator) -> int:
+    """The key of ``generator`` (None: torch's default one); TypeError for anything but a CPU ``torch.Generator``."""
+    if generator is None:
+        return 0
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, not {type(generator).__name__}")
+    if generator.device.type != "cpu":
+        raise ValueError(f"generator must be a CPU torch.Generator (the seed is a launch argument), not one on "
+                         f"{generator.device}")
+    key = _keys.get(generator)
+    if key is None:
+        key = _keys[generator] = _next_key[0]
+        _generators[key] = generator
+        _next_key[0] += 1
+    return key
+
+
+def _generator(key: int) -> torch.Generator:
+    if key == 0:
+        return torch.default_generator
+    generator = _generators.get(key)
+    if generator is None:
+        raise RuntimeError(f"the generator of key {key} no longer exists; keep the generator alive while its "
+                           "module or graph is used")
+    return generator
+
+
+# ------------------------------------------------------------------------------------------------ the operators
+def _aligned(t: torch.Tensor) -> torch.Tensor:
+    """``t`` if the kernels can read it in place (contiguous, 16-byte aligned), else a copy that they can."""
+    if t.is_contiguous() and t.data_ptr() % _ALIGN == 0:
+        return t
+    return t.clone(memory_format=torch.contiguous_format)
+
+
+def _ids32(ids: torch.Tensor, V: int, check: bool, view) -> torch.Tensor:
+    """``ids`` as contiguous, aligned int32 ids, checked against ``[0, V)`` with ``check`` (``token_ids``: on the GPU
+    in a kernel, no sync); ``ids`` themselves where they need neither a copy nor a check."""
+    if not check and ids.dtype == torch.int32 and ids.is_contiguous() and ids.data_ptr() % _ALIGN == 0:
+        return ids
+    out = torch.empty(ids.shape, dtype=torch.int32, device=ids.device)
+    token_ids(view(out), view(ids.contiguous()), V, check=check)
+    return out
+
+
+@torch.library.custom_op("gpt2enc_edu::encoder_forward", mutates_args=())
+def _forward_op(ids: torch.Tensor, wte: torch.Tensor, wpe: torch.Tensor, check_ids: bool, method: str,
+                bucketing: str, generator: int) -> torch.Tensor:
+    """``wte[ids] + wpe[:T]`` (B, T, C). ``method``, ``bucketing`` and ``generator`` (a key) are the backward's."""
+    with on_torch_stream(wte.device):
+        ids32 = _ids32(ids, int(wte.shape[0]), check_ids, _view)
+        out = torch.empty((*ids.shape, wte.shape[1]), dtype=wte.dtype, device=wte.device)
+        encoder_forward(_view(ids32), _view(_aligned(wte)), _view(_aligned(wpe)), out=_view(out), check_ids=False)
+    return out
+
+
+@_forward_op.register_fake
+def _(ids, wte, wpe, check_ids, method, bucketing, generator):
+    return wte.new_empty((*ids.shape, wte.shape[1]))
+
+
+@torch.library.custom_op("gpt2enc_edu::encoder_backward", mutates_args=())
+def _backward_op(dout: torch.Tensor, ids: torch.Tensor, V: int, maxT: int, method: str, bucketing: str,
+                 seed: int | None, generator: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dwte (V, C), dwpe (maxT, C)): fresh gradients of ``wte[ids] + wpe[:T]`` for ``dout`` (B, T, C). ``seed``:
+    the stochastic-rounding seed, or None to draw one from the generator of key ``generator``."""
+    if method in METHODS and not METHODS[method].deterministic:
+        alert_not_deterministic(f"gpt2enc_edu::encoder_backward with method={method!r}")
+    if seed is None:
+        seed = draw_seed(_generator(generator))
+    C = dout.shape[-1]
+    dwte = torch.zeros((V, C), dtype=dout.dtype, device=dout.device)
+    dwpe = torch.zeros((maxT, C), dtype=dout.dtype, device=dout.device)
+    with on_torch_stream(dout.device):
+        ids32 = _ids32(ids, V, False, _view)  # checked by the forward
+        encoder_backward(_view(dwte), _view(dwpe), _view(_aligned(dout)), _view(ids32), seed=seed, method=method,
+                         bucketing=bucketing, check_ids=False)
+    return dwte, dwpe
+
+
+@_backward_op.register_fake
+def _(dout, ids, V, maxT, method, bucketing, seed, generator):
+    C = dout.shape[-1]
+    return dout.new_empty((V, C)), dout.new_empty((maxT, C))
+
+
+def _setup_context(ctx, inputs, output):
+    ids, wte, wpe, _, method, bucketing, generator = inputs
+    ctx.save_for_backward(ids)
+    ctx.rows, ctx.dtype, ctx.options = (wte.shape[0], wpe.shape[0]), wte.dtype, (method, bucketing, generator)
+    ctx.generator = _generators.get(generator)  # held by the graph until its backward (encoder(generator=...))
+
+
+@once_differentiable
+def _backward(ctx, dout):
+    wants_wte, wants_wpe = ctx.needs_input_grad[1:3]
+    if not (wants_wte or wants_wpe):
+        return None, None, None, None, None, None, None
+    (ids,) = ctx.saved_tensors
+    method, bucketing, generator = ctx.options
+    dwte, dwpe = _backward_op(dout.to(ctx.dtype), ids, *ctx.rows, method, bucketing, None, generator)
+    return None, dwte if wants_wte else None, dwpe if wants_wpe else None, None, None, None, None
+
+
+_forward_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+# ------------------------------------------------------------------------------------------------ the public calls
+def _check_tensors(inp, wte, wpe) -> None:
     if not isinstance(inp, torch.Tensor):
         raise TypeError(f"inp must be a torch.Tensor of token ids, not {type(inp).__name__}")
     if inp.dtype not in _ID_DTYPES:
         raise TypeError(f"inp must hold int32 or int64 token ids, not {inp.dtype}")
-    if check_ids and inp.numel():
-        lo, hi = (int(v) for v in torch.aminmax(inp))
-        if lo < 0 or hi >= V:
-            raise ValueError(f"inp holds token id {lo if lo < 0 else hi}, outside [0, V) = [0, {V})")
-    return inp.to(torch.int32).contiguous()
-
-
-def _check_tensors(inp: torch.Tensor, wte: torch.Tensor, wpe: torch.Tensor) -> None:
     for name, t in (("wte", wte), ("wpe", wpe)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, not {type(t).__name__}")
@@ -166,104 +305,30 @@ def _check_tensors(inp: torch.Tensor, wte: torch.Tensor, wpe: torch.Tensor) -> N
             raise ValueError(f"{name} is on {t.device} but inp is on {inp.device}; put them on one device")
 
 
-_side_streams: dict = {}
+def _check_options(method, bucketing, check_ids) -> bool:
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {tuple(METHODS)}, not {method!r}")
+    if bucketing not in BUCKETINGS:
+        raise ValueError(f"bucketing must be one of {BUCKETINGS}, not {bucketing!r}")
+    return check_flag("check_ids", check_ids)
 
 
-def _side_stream(device: torch.device) -> torch.cuda.Stream:
-    """One side stream per CUDA device, on which forwards build their bucket tables."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    if index not in _side_streams:
-        _side_streams[index] = torch.cuda.Stream(device=index)
-    return _side_streams[index]
+def _encoder(inp, wte, wpe, method: str, bucketing: str, generator: int, check_ids) -> torch.Tensor:
+    _check_tensors(inp, wte, wpe)
+    check_ids = _check_options(method, bucketing, check_ids)
+    return _forward_op(inp, wte, wpe, check_ids, method, bucketing, generator)
 
 
-def _bucket_ahead(ids: torch.Tensor, C: int, dtype: torch.dtype, V: int):
-    """Start building the bucket table of ``ids`` on the device's side stream; returns (table, ready event, stream).
-
-    The side stream first waits for the current stream (the ids are ready, and an earlier backward that read a
-    table whose memory this one may reuse is done). ``record_stream`` tells torch's allocator that the side stream
-    reads ``ids``, so their memory is not handed out again before that read is done.
-    """
-    main = torch.cuda.current_stream(ids.device)
-    side = _side_stream(ids.device)
-    side.wait_stream(main)
-    with torch.cuda.stream(side), on_torch_stream(ids.device):
-        table = make_buckets(_view(ids), C, _STORAGE[dtype], V=V, check_ids=False)  # ids checked in forward
-    ids.record_stream(side)
-    ready = torch.cuda.Event()
-    ready.record(side)
-    return table, ready, side
-
-
-class EncoderFunction(torch.autograd.Function):
-    """``out = wte[inp] + wpe[:T]`` with the package's kernels; see the module docstring for the rules.
-
-    ``EncoderFunction.apply(inp, wte, wpe, method, bucketing, generator, check_ids, bucket_ahead)``;
-    ``encoder(...)`` is the same with keyword defaults (and no table built under ``torch.no_grad()``).
-    """
-
-    @staticmethod
-    def forward(ctx, inp, wte, wpe, method, bucketing, generator, check_ids, bucket_ahead=True):
-        if not isinstance(inp, torch.Tensor):
-            raise TypeError(f"inp must be a torch.Tensor of token ids, not {type(inp).__name__}")
-        _check_tensors(inp, wte, wpe)
-        bucket_ahead = check_flag("bucket_ahead", bucket_ahead)
-        ids = _ids_int32(inp, int(wte.shape[0]), check_ids)
-        shape = (*ids.shape, wte.shape[1])
-        out = torch.empty(shape, dtype=wte.dtype, device=wte.device)
-        with on_torch_stream(wte.device):
-            encoder_forward(_view(ids), _view(wte), _view(wpe), out=_view(out), check_ids=False)
-        ctx.save_for_backward(ids)
-        ctx.method, ctx.bucketing, ctx.generator = method, bucketing, generator
-        ctx.tables = (tuple(wte.shape), tuple(wpe.shape), wte.dtype)
-        # The table, where the backward would build one on the GPU and a backward can run (a weight wants its
-        # gradient). A method or bucketing that is not one of the package's builds none here: the backward refuses
-        # it, nor the chunked method where its backward is one kernel with its own sort (at most 1024 ids). (Grad mode
-        # is off inside forward: ``encoder`` passes bucket_ahead=False under torch.no_grad().)
-        ctx.ahead = None
-        if (bucket_ahead and wte.is_cuda and ids.numel() and method in DETERMINISTIC_METHODS
-                and bucketing in ("auto", "gpu") and any(ctx.needs_input_grad[1:3])
-                and not one_launch_backward(method, bucketing, ids.numel(), int(wte.shape[0]))):
-            ctx.ahead = _bucket_ahead(ids, int(wte.shape[1]), wte.dtype, int(wte.shape[0]))
-        return out
-
-    @staticmethod
-    def backward(ctx, dout):
-        (ids,) = ctx.saved_tensors
-        wte_shape, wpe_shape, dtype = ctx.tables
-        if dout.dtype != dtype:
-            dout = dout.to(dtype)
-        dout = dout.contiguous()
-        dwte = torch.zeros(wte_shape, dtype=dtype, device=dout.device)
-        dwpe = torch.zeros(wpe_shape, dtype=dtype, device=dout.device)
-        seed = draw_seed(ctx.generator)
-        table, bucketing = None, ctx.bucketing
-        if ctx.ahead is not None:
-            table, ready, side = ctx.ahead
-            torch.cuda.current_stream(dout.device).wait_event(ready)
-            bucketing = "auto"  # the table is built: bucketing "gpu" said where to build it
-        with on_torch_stream(dout.device):
-            encoder_backward(_view(dwte), _view(dwpe), _view(dout), _view(ids), seed=seed,
-                             method=ctx.method, bucketing=bucketing, buckets=table, check_ids=False)
-        if ctx.ahead is not None:
-            # The table's memory goes back to CuPy's pool of the side stream when the graph is freed; the side
-            # stream's next use of it must come after this backward's kernels have read it.
-            side.wait_stream(torch.cuda.current_stream(dout.device))
-        wants_wte, wants_wpe = ctx.needs_input_grad[1:3]
-        return None, dwte if wants_wte else None, dwpe if wants_wpe else None, None, None, None, None, None
-
-
-def encoder(inp: torch.Tensor, wte: torch.Tensor, wpe: torch.Tensor, *, method: str = "chunked",
+def encoder(inp: torch.Tensor, wte: torch.Tensor, wpe: torch.Tensor, *, method: str = DEFAULT_METHOD,
             bucketing: str = "auto", generator: torch.Generator | None = None,
-            check_ids: bool = True, bucket_ahead: bool = True) -> torch.Tensor:
+            check_ids: bool = True) -> torch.Tensor:
     """``wte[inp] + wpe[:T]`` as a differentiable torch op; ``inp`` (B, T) int32/int64 ids.
 
-    ``method`` and ``bucketing`` are ``encoder_backward``'s; ``generator`` gives one seed per backward;
-    ``check_ids=False`` skips the id range check (a reduction and a sync); ``bucket_ahead`` builds the bucket
-    table in the forward, on a side stream (see the module docstring).
+    ``method`` and ``bucketing`` are ``encoder_backward``'s; ``generator`` (a CPU ``torch.Generator``, None for
+    torch's default one) gives one seed per backward; ``check_ids`` (a bool) checks the ids against ``[0, V)`` (on
+    the GPU in a kernel, with no host sync; see the module docstring for what a bad id then does).
     """
-    bucket_ahead = check_flag("bucket_ahead", bucket_ahead) and torch.is_grad_enabled()  # no graph, no backward
-    return EncoderFunction.apply(inp, wte, wpe, method, bucketing, generator, check_ids, bucket_ahead)
+    return _encoder(inp, wte, wpe, method, bucketing, _generator_key(generator), check_ids)
 
 
 class GPT2Embedding(nn.Module):
@@ -271,33 +336,41 @@ class GPT2Embedding(nn.Module):
 
     ``forward(ids)`` with (B, T) ids, ``T <= maxT``, returns (B, T, C) in the parameters' dtype. Parameters
     start as GPT-2's: normal with std 0.02 (wte) and 0.01 (wpe), drawn from ``torch``'s global generator.
-    ``generator`` (a CPU ``torch.Generator``) gives the stochastic-rounding seeds; ``None`` uses torch's
-    default one. ``check_ids`` checks every forward's ids against ``V``: one reduction and a host sync, which
-    stops the CPU from queueing work ahead of the GPU; ``False`` skips it (bad ids then corrupt memory).
-    ``bucket_ahead`` builds the bucket table in the forward, on a side stream (see the module docstring).
+    ``generator`` (a CPU ``torch.Generator``, checked here) gives the stochastic-rounding seeds; ``None`` uses
+    torch's default one. ``check_ids`` (a bool) checks every forward's ids against ``V``, on the GPU without a host
+    sync (see the module docstring). ``method`` and ``bucketing`` are ``encoder_backward``'s.
     """
 
     def __init__(self, vocab_size: int, max_positions: int, channels: int, *, dtype=torch.bfloat16,
-                 device=None, method: str = "chunked", bucketing: str = "auto",
-                 generator: torch.Generator | None = None, check_ids: bool = True, bucket_ahead: bool = True):
+                 device=None, method: str = DEFAULT_METHOD, bucketing: str = "auto",
+                 generator: torch.Generator | None = None, check_ids: bool = True):
         super().__init__()
         if dtype not in _STORAGE:
             raise TypeError(f"dtype must be torch.bfloat16 or torch.float32, not {dtype}")
+        check_ids = _check_options(method, bucketing, check_ids)
+        self.generator = generator
         self.wte = nn.Parameter(torch.empty(vocab_size, channels, dtype=dtype, device=device))
         self.wpe = nn.Parameter(torch.empty(max_positions, channels, dtype=dtype, device=device))
-        self.method, self.bucketing, self.generator, self.check_ids = method, bucketing, generator, check_ids
-        self.bucket_ahead = bucket_ahead
+        self.method, self.bucketing, self.check_ids = method, bucketing, check_ids
         self.reset_parameters()
+
+    @property
+    def generator(self) -> torch.Generator | None:
+        """The generator of the stochastic-rounding seeds (None: torch's default one); checked when set."""
+        return self._generator
+
+    @generator.setter
+    def generator(self, generator) -> None:
+        self._generator_key = _generator_key(generator)
+        self._generator = generator
 
     def reset_parameters(self) -> None:
         nn.init.normal_(self.wte, std=0.02)
         nn.init.normal_(self.wpe, std=0.01)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return encoder(ids, self.wte, self.wpe, method=self.method, bucketing=self.bucketing,
-                       generator=self.generator, check_ids=self.check_ids, bucket_ahead=self.bucket_ahead)
+        return _encoder(ids, self.wte, self.wpe, self.method, self.bucketing, self._generator_key, self.check_ids)
 
     def extra_repr(self) -> str:
         V, C = self.wte.shape
         return f"{V}, {self.wpe.shape[0]}, {C}, dtype={self.wte.dtype}, method={self.method!r}"
-

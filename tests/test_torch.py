@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 import gpt2enc_edu as enc
-from gpt2enc_edu import compare
+from gpt2enc_edu import compare, methods
 from gpt2enc_edu.problems import random_problem
 from gpt2enc_edu.rounding import bfloat16
 
 DTYPES = [pytest.param(bfloat16, id="bf16"), pytest.param(np.float32, id="fp32")]
-DETERMINISTIC = ["chunked", "bucketed"]
+DETERMINISTIC = list(methods.deterministic_methods())
 
 
 def test_import_gpt2enc_edu_does_not_import_torch():
@@ -70,20 +70,16 @@ def test_forward_is_encoder_forward(tt, device, rng, dtype):
     assert compare.bitwise_equal(tt.as_array(out), enc.encoder_forward(p.inp, p.wte, p.wpe))
 
 
-@pytest.mark.parametrize("bucket_ahead", [True, False], ids=["table-in-forward", "table-in-backward"])
 @pytest.mark.parametrize("method", DETERMINISTIC)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_backward_is_encoder_backward_with_the_drawn_seed(tt, device, rng, dtype, method, bucket_ahead):
+def test_backward_is_encoder_backward_with_the_drawn_seed(tt, device, rng, dtype, method):
     import torch
 
-    # 1200 ids: the chunked method's backward too reads a table (at most 1024 it is one kernel with its own sort)
+    # 1200 ids: the chunked method's backward reads a table (at most 1024 ids it is one kernel with its own sort)
     p = random_problem(4, 300, 264 if dtype == bfloat16 else 132, 300, maxT=310, dtype=dtype, ids="zipf", rng=rng)
     ids, wte, wpe, dout = _tensors(tt, p, device)
     seed = int(rng.integers(2**31))
-    out = tt.encoder(ids, wte, wpe, method=method, generator=torch.Generator().manual_seed(seed),
-                     bucket_ahead=bucket_ahead)
-    # the forward built the table only where the backward would build one on the GPU
-    assert (out.grad_fn.ahead is not None) == (bucket_ahead and device.type == "cuda")
+    out = tt.encoder(ids, wte, wpe, method=method, generator=torch.Generator().manual_seed(seed))
     out.backward(dout)
     expected = p.on(_xp(device))
     expected.dwte[...] = 0
@@ -208,46 +204,16 @@ def test_refusals(tt):
         tt.GPT2Embedding(10, 4, 8, dtype=torch.float16)
 
 
-def test_no_table_is_built_where_no_backward_or_no_gpu_bucketing_follows(tt):
-    """The forward builds a table only for a deterministic method bucketed on the GPU, with gradients wanted."""
+def test_options_are_checked_at_the_call(tt):
     import torch
 
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    ids = torch.zeros(1, 4, dtype=torch.int32, device=device)
-    wte = torch.zeros(10, 8, device=device, requires_grad=True)
-    wpe = torch.zeros(4, 8, device=device, requires_grad=True)
-    for options in (dict(method="atomic"), dict(bucketing="cpu"), dict(bucket_ahead=False)):
-        assert tt.encoder(ids, wte, wpe, **options).grad_fn.ahead is None
-    built = []
-    real = tt._bucket_ahead
-    tt._bucket_ahead = lambda *args: built.append(args) or real(*args)
-    try:
-        with torch.no_grad():  # no graph: no backward to build a table for
-            assert tt.encoder(ids, wte, wpe).grad_fn is None
-        tt.encoder(ids, wte.detach(), wpe.detach(), method="bucketed")  # no weight wants a gradient
-        assert tt.encoder(ids, wte, wpe, method="chunked").grad_fn.ahead is None  # 4 ids: one kernel, no table
-        assert not built
-        out = tt.encoder(ids, wte, wpe, method="bucketed")
-        assert len(built) == (device.type == "cuda") and (out.grad_fn.ahead is not None) == (device.type == "cuda")
-        long_ids = torch.zeros(1, 1025, dtype=torch.int32, device=device)  # past the one kernel: a table again
-        long_wpe = torch.zeros(1025, 8, device=device, requires_grad=True)
-        tt.encoder(long_ids, wte, long_wpe, method="chunked")
-        assert len(built) == 2 * (device.type == "cuda")
-    finally:
-        tt._bucket_ahead = real
-    with pytest.raises(TypeError, match="bucket_ahead must be True or False"):
-        tt.encoder(ids, wte, wpe, bucket_ahead="yes")
-    with pytest.raises(TypeError, match="bucket_ahead must be True or False"):
-        tt.EncoderFunction.apply(ids, wte, wpe, "chunked", "auto", None, True, 1)
-
-
-def test_method_is_checked_when_backward_runs(tt):
-    import torch
-
-    wte = torch.zeros(10, 8, requires_grad=True)
-    out = tt.encoder(torch.zeros(1, 2, dtype=torch.int32), wte, torch.zeros(4, 8), method="nope")
+    ids, wte, wpe = torch.zeros(1, 2, dtype=torch.int32), torch.zeros(10, 8, requires_grad=True), torch.zeros(4, 8)
     with pytest.raises(ValueError, match="method must be one of"):
-        out.sum().backward()
+        tt.encoder(ids, wte, wpe, method="nope")
+    with pytest.raises(ValueError, match="bucketing must be one of"):
+        tt.encoder(ids, wte, wpe, bucketing="tpu")
+    with pytest.raises(ValueError, match="method must be one of"):
+        tt.GPT2Embedding(10, 4, 8, method="nope")
 
 
 @pytest.mark.gpu
@@ -277,10 +243,10 @@ def test_cuda_runs_on_the_current_stream_without_copies(tt, rng):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("method", DETERMINISTIC)
-def test_training_steps_with_the_table_built_in_the_forward(tt, rng, method):
-    """Steps of fresh ids, each table built on the side stream in its forward and read by its backward (which
-    frees it for the next step's table), give every step the bits of ``encoder_backward`` building its own table;
-    so does a forward whose backward runs only after the next forward has built its table."""
+def test_training_steps_give_the_bits_of_encoder_backward(tt, rng, method):
+    """Steps of fresh ids at GPT-2's shape (every route of the table: one sequence, the scatter route), each backward
+    with the bits of ``encoder_backward`` on the seed it drew; so do two forwards whose backwards run in reverse
+    order."""
     import cupy
     import torch
 
@@ -288,25 +254,20 @@ def test_training_steps_with_the_table_built_in_the_forward(tt, rng, method):
         pytest.skip("torch sees no CUDA GPU")
     device = torch.device("cuda")
     problems = [random_problem(B, 1024, 768, 50257, maxT=1024, dtype=bfloat16, ids=kind, rng=rng)
-                for B, kind in ((3, "zipf"), (8, "real"), (8, "uniform"), (2, "zipf"))]  # B >= 2: a table
+                for B, kind in ((1, "zipf"), (8, "real"), (8, "uniform"), (2, "zipf"))]
 
-    def expected(p, seed):
+    def check(p, wte, wpe, seed):
         g = p.on(cupy)
         g.dwte[...] = 0
         g.dwpe[...] = 0
-        enc.encoder_backward(g.dwte, g.dwpe, g.dout, g.inp, seed=seed, method=method, bucketing="gpu")
-        return g.dwte, g.dwpe
-
-    def check(p, wte, wpe, seed):
-        dwte, dwpe = expected(p, tt.draw_seed(torch.Generator().manual_seed(seed)))
-        assert compare.bitwise_equal(tt.as_array(wte.grad), dwte)
-        assert compare.bitwise_equal(tt.as_array(wpe.grad), dwpe)
+        drawn = tt.draw_seed(torch.Generator().manual_seed(seed))
+        enc.encoder_backward(g.dwte, g.dwpe, g.dout, g.inp, seed=drawn, method=method, bucketing="gpu")
+        assert compare.bitwise_equal(tt.as_array(wte.grad), g.dwte)
+        assert compare.bitwise_equal(tt.as_array(wpe.grad), g.dwpe)
 
     for step, p in enumerate(problems):  # one step after another
         ids, wte, wpe, dout = _tensors(tt, p, device)
-        out = tt.encoder(ids, wte, wpe, method=method, generator=torch.Generator().manual_seed(step))
-        assert out.grad_fn.ahead is not None
-        out.backward(dout)
+        tt.encoder(ids.long(), wte, wpe, method=method, generator=torch.Generator().manual_seed(step)).backward(dout)
         check(p, wte, wpe, step)
     first, second = problems[1], problems[2]  # two forwards, then the two backwards in reverse order
     ids1, wte1, wpe1, dout1 = _tensors(tt, first, device)
@@ -366,3 +327,173 @@ def test_on_torch_stream_makes_torchs_current_stream_cupys(tt):
         assert cupy.cuda.get_current_stream().ptr == side.cuda_stream
     with tt.on_torch_stream(torch.device("cuda")):
         assert cupy.cuda.get_current_stream().ptr == torch.cuda.current_stream().cuda_stream
+
+
+# ---------------------------------------------------------------------------------------------- the adapter's edges
+@pytest.mark.parametrize("bad", [None, 0, 1, [], "yes"], ids=repr)
+def test_check_ids_must_be_a_bool(tt, bad):
+    import torch
+
+    ids, wte, wpe = torch.zeros(1, 2, dtype=torch.int32), torch.zeros(10, 8), torch.zeros(4, 8)
+    with pytest.raises(TypeError, match="check_ids must be True or False"):
+        tt.encoder(ids, wte, wpe, check_ids=bad)
+    with pytest.raises(TypeError, match="check_ids must be True or False"):
+        tt.GPT2Embedding(10, 4, 8, check_ids=bad)
+
+
+def test_the_generator_is_checked_where_it_is_given(tt):
+    import torch
+
+    with pytest.raises(TypeError, match="generator must be a torch.Generator"):
+        tt.GPT2Embedding(10, 4, 8, generator=1234)
+    emb = tt.GPT2Embedding(10, 4, 8, dtype=torch.float32)
+    with pytest.raises(TypeError, match="generator must be a torch.Generator"):
+        emb.generator = "seed"
+    with pytest.raises(TypeError, match="generator must be a torch.Generator"):
+        tt.encoder(torch.zeros(1, 2, dtype=torch.int32), emb.wte, emb.wpe, generator=1234)
+    if torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CPU torch.Generator"):
+            tt.GPT2Embedding(10, 4, 8, generator=torch.Generator(device="cuda"))
+
+
+def test_double_backward_raises(tt, device, rng):
+    """A tied head makes the encoder's gradient depend on wte: differentiating it again must raise, not be wrong."""
+    import torch
+
+    p = random_problem(2, 16, 32, 20, maxT=16, dtype=np.float32, rng=rng)
+    ids, wte, wpe, _ = _tensors(tt, p, device)
+    x = tt.encoder(ids, wte, wpe)
+    loss = (x @ wte.t()).square().sum()
+    (first,) = torch.autograd.grad(loss, wte, create_graph=True)  # the first order still works
+    wte_ref = wte.detach().clone().requires_grad_(True)
+    ((wte_ref[ids.long()] + wpe.detach()[:16]) @ wte_ref.t()).square().sum().backward()
+    torch.testing.assert_close(first, wte_ref.grad, rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError, match="differentiate twice"):
+        first.sum().backward()
+
+
+def test_unaligned_contiguous_dout_and_ids_are_taken(tt, device, rng):
+    """``torch.cat``'s backward hands each input a slice of one gradient: contiguous, at an address no 16-byte load
+    may read; int32 ids may sit at such an address too. Both give the bits of aligned copies, as nn.Embedding
+    takes both."""
+    import torch
+
+    p = random_problem(3, 40, 64, 50, maxT=40, dtype=bfloat16, ids="zipf", rng=rng)
+    ids, wte, wpe, dout = _tensors(tt, p, device)
+    base = torch.empty(1 + ids.numel(), dtype=torch.int32, device=device)
+    base[1:] = ids.reshape(-1)
+    ids_unaligned = base[1:].view(ids.shape)
+    assert ids_unaligned.is_contiguous() and ids_unaligned.data_ptr() % 16
+    x = tt.encoder(ids_unaligned, wte, wpe, generator=torch.Generator().manual_seed(3))
+    seen = []
+    x.register_hook(lambda g: seen.append((g.is_contiguous(), g.data_ptr() % 16)))
+    pad = torch.zeros(1, dtype=x.dtype, device=device)
+    weights = torch.cat([pad, dout.reshape(-1)])
+    (torch.cat([pad, x.reshape(-1)]) * weights).sum().backward()
+    assert seen == [(True, 2)]  # the gradient x received: contiguous, one bf16 element past an aligned address
+    wte_ref = wte.detach().clone().requires_grad_(True)
+    wpe_ref = wpe.detach().clone().requires_grad_(True)
+    ref = tt.encoder(ids.clone(), wte_ref, wpe_ref, generator=torch.Generator().manual_seed(3))
+    ref.backward(dout.clone())
+    assert torch.equal(x.view(torch.int16), ref.view(torch.int16))
+    assert torch.equal(wte.grad.view(torch.int16), wte_ref.grad.view(torch.int16))
+    assert torch.equal(wpe.grad.view(torch.int16), wpe_ref.grad.view(torch.int16))
+
+
+def test_unaligned_and_strided_weights_are_copied_for_the_kernels(tt, device, rng):
+    import torch
+
+    p = random_problem(2, 8, 16, 30, maxT=8, dtype=np.float32, rng=rng)
+    ids, wte, wpe, _ = _tensors(tt, p, device)
+    flat = torch.zeros(1 + wte.numel(), device=device)
+    flat[1:] = wte.detach().reshape(-1)
+    flat.requires_grad_(True)
+    wte_unaligned = flat[1:].view(wte.shape)
+    wide = torch.zeros(wpe.shape[0], 2 * wpe.shape[1], device=device)
+    wide[:, ::2] = wpe.detach()
+    wpe_strided = wide[:, ::2]
+    out = tt.encoder(ids, wte_unaligned, wpe_strided)
+    assert torch.equal(out, tt.encoder(ids, wte.detach(), wpe.detach()))
+    out.sum().backward()
+    assert torch.equal(flat.grad[1:].view(wte.shape), torch.zeros_like(wte).index_put_(
+        (ids.long().reshape(-1),), torch.ones(ids.numel(), wte.shape[1], device=device), accumulate=True))
+
+
+@pytest.mark.parametrize("method", [m for m, row in methods.METHODS.items() if not row.deterministic])
+def test_nondeterministic_methods_obey_use_deterministic_algorithms(tt, device, rng, method):
+    import torch
+
+    p = random_problem(2, 16, 32, 20, maxT=16, dtype=bfloat16, rng=rng)
+    ids, wte, wpe, dout = _tensors(tt, p, device)
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    try:
+        torch.use_deterministic_algorithms(True)
+        with pytest.raises(RuntimeError, match="does not have a deterministic implementation"):
+            tt.encoder(ids, wte, wpe, method=method).backward(dout)
+        assert wte.grad is None and wpe.grad is None
+        tt.encoder(ids, wte, wpe, method=methods.DEFAULT_METHOD).backward(dout)  # a deterministic one runs
+        wte.grad = wpe.grad = None
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        with pytest.warns(UserWarning, match="does not have a deterministic implementation"):
+            tt.encoder(ids, wte, wpe, method=method).backward(dout)
+        assert wte.grad is not None
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
+def test_the_bad_id_check_names_the_id_on_the_cpu(tt):
+    import torch
+
+    wte, wpe = torch.zeros(10, 8, requires_grad=True), torch.zeros(4, 8)
+    with pytest.raises(ValueError, match=r"token id 10 at position 3, outside \[0, V\) = \[0, 10\)"):
+        tt.encoder(torch.tensor([[1, 2], [3, 10]]), wte, wpe)
+    assert wte.grad is None
+
+
+@pytest.mark.gpu
+def test_a_bad_id_on_the_gpu_stops_everything_without_a_sync(tt):
+    """The device-side check: the forward queues without waiting for the GPU; the bad id stops its kernel, nothing
+    after it runs, and the error surfaces at the next synchronising call (a child process: the CUDA context is
+    lost)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA GPU")
+    code = (
+        "import torch\n"
+        "from gpt2enc_edu.torch import GPT2Embedding\n"
+        "emb = GPT2Embedding(100, 8, 64, device='cuda')\n"
+        "ids = torch.tensor([[1, 2, 3], [4, 100, 5]], device='cuda')\n"
+        "emb(ids).float().sum().backward()\n"  # queued: no sync in the check
+        "print('queued', flush=True)\n"
+        "try:\n"
+        "    torch.cuda.synchronize()\n"
+        "except Exception as exc:\n"
+        "    print('raised at the sync:', type(exc).__name__, flush=True)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    text = result.stdout + result.stderr
+    assert "queued" in text and "raised at the sync: " in text, text
+    assert "token id 100 at position 4 lies outside [0, V) = [0, 100)" in text, text
+
+
+@pytest.mark.gpu
+def test_cupys_allocations_in_a_call_come_from_torch(tt, rng):
+    """Workspaces, partial sums and tables a call allocates come from torch's caching allocator: CuPy's own pool
+    does not grow over steps of several shapes and streams."""
+    import cupy
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA GPU")
+    pool = cupy.get_default_memory_pool()
+    before = pool.used_bytes()
+    emb = tt.GPT2Embedding(50257, 1024, 768, device="cuda")
+    for B, T in ((1, 1024), (4, 1024), (9, 700), (80, 1024)):
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            ids = torch.randint(0, 50257, (B, T), device="cuda")
+            emb(ids).float().square().sum().backward()
+        torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    assert pool.used_bytes() == before
