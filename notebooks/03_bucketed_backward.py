@@ -21,9 +21,24 @@
 # position gradient is easy. For the token gradient we group the work into *buckets*, and we will
 # see why the bucket table is sorted largest first.
 #
+# **Prerequisites:** notebooks 01 and 02 (threads, warps and 128-bit packs; the backward as a scatter-add;
+# why atomics make the bits change); for the wte build-it, what a thread block's *shared memory* and a
+# *barrier* are (explained where they are needed). Notebook 04 explains the stochastic rounding used here;
+# it is not needed first.
+#
+# **After this notebook you can:**
+# 1. build the bucket table of a small batch by hand and read it (Exercise 3 checks it);
+# 2. write the wpe kernel and the bucketed wte kernel as Python functions of one thread that give the GPU's
+#    bits (the build-its check them);
+# 3. say why the table is sorted largest first, and what sets the kernel's time when one token is frequent;
+# 4. say why the result is the same on every run, in any bucket order and on both backends.
+#
+# **Time:** about 35 minutes for the core sections; the sections marked *(optional)* add about 15, and
+# the two CUDA build-its at the end (with a GPU) about 30.
+#
 # 0. Setup · 1. One owner per element · 2. The bucket table, step by step · 3. Bucket sizes in practice ·
 # 4. Why largest first · 5. The wte kernel · 6. Run it: same bits, every time · 7. llm.c does it this way ·
-# 8. Exercise 3
+# 8. Exercise 3 · Build them in CUDA
 
 # %%
 import importlib.util, os, subprocess, sys
@@ -43,7 +58,6 @@ import gpt2enc_edu.cuda
 from gpt2enc_edu import compare, layout, mirror, reference, tokens
 from gpt2enc_edu.course import exercises, plots, schedule
 from gpt2enc_edu.backend import to_numpy
-from gpt2enc_edu.loader import kernel_source
 from gpt2enc_edu.problems import random_problem
 
 xp = enc.array_module()
@@ -51,7 +65,7 @@ print("arrays:", xp.__name__, "->", "the CUDA kernels" if xp is not np else "the
 print("gpu_status():", enc.gpu_status())
 
 # %% [markdown]
-# ## 1. One owner per element
+# ## 1. One owner per element (core)
 #
 # Atomics were needed because many threads added into the same element. Turn it around: give every
 # gradient element **one** thread that reads all of its terms and adds them itself, in an order fixed
@@ -62,19 +76,18 @@ print("gpu_status():", enc.gpu_status())
 # old value and rounds once:
 
 # %% [markdown]
-# ### Build it first: the wpe kernel as a Python function of one thread
+# ### Build it first: the wpe kernel as a Python function of one thread (core)
 #
-# Before the CUDA below, write this kernel yourself, in Python: a function of one thread (`cuda.blockIdx.x`,
+# Write this kernel yourself, in Python: a function of one thread (`cuda.blockIdx.x`,
 # `cuda.threadIdx.x`, `cuda.blockDim.x`), run over the grid with the real launch shape by
 # `gpt2enc_edu.course.grid` (arrays flat, like CUDA pointers). `load128`/`store128` move a 128-bit pack,
 # `fadd` adds in fp32 as the GPU does, `to_float` converts, and
 # `round_to_storage(value, dtype, element, NOISE_STREAM_DWPE, seed)` rounds as the kernel does (stochastic
 # for bf16, keyed by each element's flat index in `dwpe`: notebook 04). The check draws fresh problems and
-# wants the mirror's bits exactly: the order of the adds matters. Try it, then scroll on for the package's
-# form. Worked solution: `solutions/perthread.py` (outside the package).
+# wants the mirror's bits exactly: the order of the adds matters. The package's form opens after the check
+# once yours passes. Worked solution: `solutions/perthread.py` (outside the package).
 
 # %%
-import inspect
 
 from gpt2enc_edu.course import buildit, perthread, skeletons
 from gpt2enc_edu.course.grid import fadd, load128, round_to_storage, store128, to_float  # noqa: F401 (for your kernel)
@@ -91,23 +104,28 @@ verdict = buildit.check_backward_wpe(my_wpe_backward)
 verdict.show()
 
 # %% [markdown]
-# The package's per-thread form (`gpt2enc_edu/course/perthread.py`), line for line the CUDA kernel below;
-# it gives the mirror's bits. One thing yours need not have: a loop over packs. Launched with fewer threads
-# than packs, thread `i` takes pack `i`, then `i` plus the grid's thread count, and so on; an element still has
-# one owner, so the bits do not change. The package uses that beside a bucket table built on the GPU in the same
-# call for more than one sequence: the wpe kernel gets only 3/8 of the SMs there, so that the table's kernels are
-# not kept waiting for room (docs/performance.md, part 18).
+# The package's per-thread form (`gpt2enc_edu/course/perthread.py`) reads line for line like the CUDA kernel
+# `encoder_backward_wpe_kernel`; it opens once your kernel passed (`unlocked=True` opens it now). One thing
+# yours need not have: a loop over packs. Launched with fewer threads than packs, thread `i` takes pack `i`,
+# then `i` plus the grid's thread count, and so on; an element still has one owner, so the bits do not
+# change. The package uses that beside a bucket table built on the GPU in the same call for more than one
+# sequence: the wpe kernel gets only a share of the SMs there (`layout.WPE_SM_SHARE_BESIDE_TABLE`), so that
+# the table's kernels are not kept waiting for room.
 
 # %%
-display(Markdown(f"```python\n{inspect.getsource(perthread.encoder_backward_wpe)}\n```"))
+from gpt2enc_edu.course import reveal
+
+reveal.perthread("wpe", unlocked=verdict)
+
+# %% [markdown]
+# Whichever you read, it gives the mirror's bits:
+
+# %%
 small = random_problem(3, 6, 16, 9, maxT=8, rng=np.random.default_rng(6))
 dwpe_per_thread, dwpe_mirror = small.dwpe.copy(), small.dwpe.copy()
 perthread.launch_backward_wpe(perthread.encoder_backward_wpe, dwpe_per_thread, small.dout, 42)
 mirror.encoder_backward_wpe(dwpe_mirror, small.dout, small.B, small.T, small.C, 42)
 print("per-thread Python == NumPy mirror, bit for bit:", compare.bitwise_equal(dwpe_per_thread, dwpe_mirror))
-
-# %%
-display(Markdown(f"```cuda\n{kernel_source('encoder_backward_wpe.cu')}\n```"))
 
 # %% [markdown]
 # For `dwte` it is harder: row `ix` receives one term per occurrence of token `ix`, which may be none or
@@ -115,12 +133,14 @@ display(Markdown(f"```cuda\n{kernel_source('encoder_backward_wpe.cu')}\n```"))
 # the positions by token**: a *bucket* lists the positions of one token, and one thread block sums
 # them.
 #
-# ## 2. The bucket table, step by step
+# ## 2. The bucket table, step by step (core)
 #
 # A toy batch (B = 2, T = 4) and C = 512 bf16 channels. The steps below build the table with plain
 # Python on purpose, to show the idea. The package's `make_buckets` builds the same table with vectorised
-# NumPy for NumPy ids, and **on the GPU, with one kernel, for CuPy ids** (no trip through the host;
-# notebook 06 shows that kernel). Both give the same table, in the same order.
+# NumPy for NumPy ids, and **on the GPU for CuPy ids** (no trip through the host), by one of three routes
+# picked by the batch's size: one block for a single sequence, a scatter over many blocks for larger
+# batches, a cooperative kernel for the largest (notebook 06 shows them). All give the same table, in the
+# same order.
 #
 # **Step 1: the key.** Position `bt = b·T + t` carries token `inp[b, t]`; the token is the key.
 
@@ -166,7 +186,7 @@ for bucket, (token, g, positions) in enumerate(toy):
 # **The real table.** `make_buckets` stores the same thing in two int32 arrays, ready for the GPU:
 # `info[bucket] = (start, size, token, channel group)`, and `bt_list`, all positions one group after
 # another, so that bucket `k` reads `bt_list[start : start + size]`. (The `units` array serves the
-# package's other deterministic kernel, `method="chunked"`, which notebook 05 times.)
+# package's other deterministic kernel, `method="chunked"`, which notebook 06 explains.)
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -178,7 +198,7 @@ same = [(int(tok), int(g), table.bt_list[s : s + n].tolist()) for s, n, tok, g i
 print("the toy steps give the same buckets in the same order:", same)
 
 # %% [markdown]
-# ## 3. Bucket sizes in practice
+# ## 3. Bucket sizes in practice (core)
 #
 # How big do buckets get? It depends on the text. One GPT-2 micro-batch (B = 8, T = 1024, C = 768 bf16,
 # so 3 channel groups) with ids drawn uniformly, from a Zipf law, and from real text (the package's
@@ -206,7 +226,7 @@ ax = plots.bucket_rank_size({kind: t.sizes[t.c_groups == 0] for kind, t in table
 # occur once or twice. A block's work grows with its bucket's size, so the blocks of one launch
 # differ in length by a factor of several hundred.
 #
-# ## 4. Why largest first
+# ## 4. Why largest first (core)
 #
 # The GPU runs a fixed number of blocks at once. Each multiprocessor (SM) holds a few (each such place is
 # a *block slot*), and when one block ends another block of the launch takes its place. Which one is up to
@@ -265,7 +285,7 @@ for per_block in (0, 2):
 # token sets the kernel's time. That is what the package's `method="chunked"` kernel changes: it cuts a
 # token's positions into chunks of 32 and gives each chunk its own warp (notebook 06).
 #
-# ## 5. The wte kernel
+# ## 5. The wte kernel (core)
 #
 # One block of 256 threads (8 warps) per bucket. Lane `l` of every warp owns the same 8 channels (one
 # pack) of the bucket's channel group. Warp `w` adds items `w, w + 8, w + 16, …` of the bucket, so the
@@ -279,21 +299,24 @@ for per_block in (0, 2):
 # cannot change them either.
 
 # %% [markdown]
-# ### Build it first: the wte kernel in Python, with a barrier
+# ### Build it first: the wte kernel in Python, with a barrier (core)
 #
 # This kernel needs two things the earlier ones did not, and the emulator has both. **Shared memory**:
 # `cuda.shared_array(name, shape, dtype)` is one array per block, the same for every thread of it (it
 # starts as NaN, so reading a slot nobody wrote shows). **A barrier**: `yield cuda.syncthreads()` waits
 # until every thread of the block has arrived (a thread that uses it is a Python generator). Every thread
-# must reach it: a thread that returns early while the others wait is reported as the hazard it is (on a
-# GPU, a hang or garbage). Between barriers the threads run in a random order, so reading another thread's
-# write without the barrier shows too.
+# must reach it, as CUDA C++ asks of `__syncthreads()` (only in code that the whole block reaches): the
+# emulator reports a thread that returns while the others wait. On a GPU that is outside CUDA C++'s rules;
+# the hardware lets an exited thread release the barrier (section 7 says more), so what typically goes
+# wrong is not a hang but a read of a value that was never written. Between barriers the threads run in a
+# random order, so reading another thread's write without the barrier shows too.
 #
 # Arguments: `bucket_info` is the table's `info` flattened (4 ints per bucket: start, size, token,
 # channel group), `num_buckets` a 1-element array, one block of `WTE_BLOCK_SIZE = 256` threads per bucket.
 # Round with `round_to_storage(value, dtype, element, NOISE_STREAM_DWTE, seed)`. The check draws fresh
 # problems, with one-item buckets, a token seen 3000 times and C = 776 (lanes with no channels), and
-# wants the mirror's bits. Try it, then scroll on. Worked solution: `solutions/perthread.py`.
+# wants the mirror's bits. The package's form opens after the check once yours passes. Worked solution:
+# `solutions/perthread.py`.
 
 # %%
 from gpt2enc_edu.layout import WARP_SIZE, WTE_BLOCK_SIZE, WTE_WARPS  # noqa: F401 (for your kernel)
@@ -309,11 +332,19 @@ verdict = buildit.check_backward_wte_bucketed(my_wte_backward)
 verdict.show()
 
 # %% [markdown]
-# The package's per-thread form (`gpt2enc_edu/course/perthread.py`), line for line the CUDA kernel below,
-# barrier included; it gives the mirror's bits:
+# The package's per-thread form (`gpt2enc_edu/course/perthread.py`) adds the same terms in the same order as
+# the CUDA kernel `encoder_backward_wte_bucketed_kernel`, with one simplification: every warp waits at one
+# barrier for the whole block. The CUDA kernel lets warps without items leave first and meets the busy ones
+# at a named barrier that counts only them (the file, shown after the CUDA build-it, has it; section 7 says
+# why). It opens once your kernel passed (`unlocked=True` opens it now):
 
 # %%
-display(Markdown(f"```python\n{inspect.getsource(perthread.encoder_backward_wte_bucketed)}\n```"))
+reveal.perthread("wte_bucketed", unlocked=verdict)
+
+# %% [markdown]
+# Whichever you read, it gives the mirror's bits:
+
+# %%
 small = random_problem(2, 12, 24, 5, rng=np.random.default_rng(7))
 small_table = enc.make_buckets(small.inp, small.C, small.dtype)
 dwte_per_thread, dwte_mirror = small.dwte.copy(), small.dwte.copy()
@@ -322,21 +353,26 @@ perthread.launch_backward_wte_bucketed(perthread.encoder_backward_wte_bucketed, 
 mirror.encoder_backward_wte_bucketed(dwte_mirror, small_table, small.dout, small.C, 42)
 print("per-thread Python == NumPy mirror, bit for bit:", compare.bitwise_equal(dwte_per_thread, dwte_mirror))
 
-# %%
-display(Markdown(f"```cuda\n{kernel_source('encoder_backward_wte_bucketed.cu')}\n```"))
-
 # %% [markdown]
-# The file holds a second kernel, `encoder_backward_wte_bucketed_warps_kernel`, and that is the one the package
-# launches for `method="bucketed"`. It sums the same buckets in the same fp32 order, so it writes the same bits;
-# what changes is who sums a bucket. In the form above a one-item bucket still takes a whole block, whose idle
-# warps leave at once but whose slot on the SM stays taken until the block ends. At B = 64 on uniform ids a table
-# holds about 110,000 such tiny buckets. So the warps form gives a bucket of at most 8 items to **one warp**,
-# which adds the items in order: that is exactly the block's sum, since warp w of a block would hold item w
-# alone. A bigger bucket still gets a whole block, summed as above. On the H200 this took the kernel from about
-# 174 to 79 µs at B = 64 on uniform ids (`docs/performance.md`, part 10). A third kernel,
+# ### (optional) The form the package launches: a warp per small bucket
+#
+# The kernel file holds a second kernel, `encoder_backward_wte_bucketed_warps_kernel`, and that is the one the
+# package launches for `method="bucketed"`. It sums the same buckets in the same fp32 order, so it writes the
+# same bits; what changes is who sums a bucket. In the block form a one-item bucket still takes a whole block,
+# whose idle warps leave at once but whose slot on the SM stays taken until the block ends, and with uniform
+# ids almost every bucket is tiny (the cell below counts them for a large batch). So the warps form gives a
+# bucket of at most 8 items to **one warp**, which adds the items in order: that is exactly the block's sum,
+# since warp w of a block would hold item w alone. A bigger bucket still gets a whole block. On uniform ids
+# this about halved the kernel's time (`docs/experiments.md` has the measurement). A third kernel,
 # `encoder_backward_wte_bucketed_warps_prefetch_kernel`, is the warps form whose blocks first ask L2 for every row
 # of their big bucket, so that the warps' chains of loads find them there; the package launches it where `dout`
-# fits easily in L2 (part 12). The cell below checks the claim of equal bits on a GPU, for all three.
+# fits easily in L2. The second cell below checks the claim of equal bits on a GPU, for all three.
+
+# %%
+wide = enc.make_buckets(tokens.make_ids("uniform", 64, 1024, seed=0), 768, enc.bfloat16)
+print(f"B = 64, T = 1024, uniform ids: {wide.num_buckets:,} buckets, {np.count_nonzero(wide.sizes <= WTE_WARPS):,} "
+      f"of them with at most {WTE_WARPS} items")
+del wide
 
 # %%
 if xp is np:
@@ -352,7 +388,7 @@ else:
           all(compare.bitwise_equal(forms["block"], bits) for bits in forms.values()))
 
 # %% [markdown]
-# ## 6. Run it: same bits, every time
+# ## 6. Run it: same bits, every time (core)
 #
 # A GPT-2-sized batch (B = 8, T = 1024, C = 768, Zipf ids, V cut to 8192 rows so the CPU mirror stays
 # quick), bf16 and fp32 storage, `method="bucketed"`, on the active backend, twice.
@@ -418,7 +454,7 @@ print("shuffled bucket order, same dwte bits:", compare.bitwise_equal(on.dwte, r
 # Compare this with notebook 02: the atomic kernel's bits changed from run to run, these never do, and
 # the GPU and the CPU mirror agree to the last bit.
 #
-# ## 7. llm.c does it this way
+# ## 7. (optional) llm.c does it this way
 #
 # The scheme is llm.c's: `wte_backward_kernel`, `wpe_backward_kernel` and `encoder_backward` in
 # [`llmc/encoder.cuh`](https://github.com/karpathy/llm.c/blob/master/llmc/encoder.cuh). The package differs
@@ -432,18 +468,23 @@ print("shuffled bucket order, same dwte bits:", compare.bitwise_equal(on.dwte, r
 #    ties land in any order). llm.c's `dwte` is reproducible run to run with the same binary and standard
 #    library, but a different compiler or library may give other bits. Here the table order is documented
 #    and, as the shuffle above showed, does not matter anyway.
-# 2. **Who reaches the barrier.** In llm.c, warps with no item (`warp_id >= bucket_size`) and lanes with no
-#    channel (`c >= C`) `return` before `__syncthreads()`; its comment relies on exited threads counting as
-#    arrived. CUDA's programming guide allows `__syncthreads()` only where every thread of the block reaches
-#    it; exited threads being counted is observed hardware behaviour, not a documented rule. The package's
-#    kernel also lets idle warps leave early (their slots go to the next blocks, which makes small buckets
-#    cheap), but the busy warps then meet at a **named barrier** that states how many threads it waits for,
-#    `bar.sync 1, busy_warps * 32`, and lanes without channels stay with their warp until it. Every thread a
-#    barrier counts reaches it, so the kernel is within the documented rules, not relying on the hardware's
-#    lenience, and compute-sanitizer's `synccheck` and `racecheck` have nothing to flag.
-# 3. **Item lists.** llm.c files every position once per channel group, under a 64-bit key packing `bt`,
-#    the channel group and the token, and copies a list of B·T·(C/256) entries. Here the channel groups of
-#    a token share **one** list of positions (`bt_list` has B·T entries): a third of the table for C = 768.
+# 2. **Who reaches the barrier.** In llm.c only warp 0 reaches its `__syncthreads()`. Lanes with no channel
+#    (`c >= C`) and warps with no item (`warp_id >= bucket_size`) return at the start, and every other warp,
+#    busy ones included, writes its partial sum to shared memory and returns; warp 0 then waits at the
+#    barrier and reads sums written by warps that have exited. Its comment says exited threads count as
+#    arrived. That is documented: the PTX ISA says a barrier waits for the threads that have not exited, and
+#    that exiting threads release it. CUDA C++ asks for more, `__syncthreads()` only in code that the whole
+#    block reaches, so llm.c's kernel rests on the PTX rule beneath the C++ one. The package's kernel also
+#    lets idle warps leave early (their slots go to the next blocks, which makes small buckets cheap), but
+#    the busy warps stay and meet at a **named barrier** that states how many threads it waits for,
+#    `bar.sync 1, busy_warps * 32`, and lanes without channels stay with their warp until it. Every thread the
+#    barrier counts reaches it, so nothing rests on how exited threads are counted, and compute-sanitizer's
+#    `synccheck` and `racecheck` have nothing to flag.
+# 3. **Item lists.** llm.c files every position once per channel group: a `std::unordered_map` keyed by
+#    token and channel group (`c_group + num_c_groups * token`) holds one list per bucket, and each entry is a
+#    64-bit word packing `bt`, the channel group and the token; it copies B·T·(C/256) such entries. Here the
+#    channel groups of a token share **one** list of positions (`bt_list` has B·T entries): a third of the
+#    table for C = 768.
 # 4. **Overlap.** llm.c launches the wpe kernel **first**, so the GPU works on `dwpe` while the CPU builds
 #    the buckets. The package's CPU route queues the wpe kernel first too, but with CuPy ids it must then
 #    copy the ids to the host, and that copy waits behind the wpe kernel: the overlap is lost. The GPU route
@@ -457,13 +498,17 @@ print("shuffled bucket order, same dwte bits:", compare.bitwise_equal(on.dwte, r
 #    5): one warp per bucket of at most 8 items, in a grid of an eighth of the blocks. The sums and the bits are
 #    the same; on uniform ids, where almost every bucket is tiny, the kernel takes about half the time.
 #
-# What follows, measured on the same inputs (H200, llm.c commit `f1e2ace6`, B = 64, one run): our `dwpe`
-# and `dwte` differ from llm.c's **only through the rounding keys**, by at most 1 ULP, both stochastic-rounding
-# neighbours of the same fp32 sums, with the same largest relative error against float64 (0.0077). llm.c's
-# wte kernel took 139 µs (uniform ids) and 432 µs (Zipf 1.1); its whole backward 76.6 ms and 18.2 ms, almost
-# all of it host bucketing (a hash map over 65,536 × 3 entries, a sort, two copies).
+# What follows, from a comparison on the same inputs (H200, llm.c commit `f1e2ace6`, B = 64, uniform and Zipf
+# ids): `method="bucketed"`, the package's method with **llm.c's summation order** (the same items per warp,
+# the warps combined in the same order), gives `dwpe` and `dwte` that differ from llm.c's **only through the
+# rounding keys**: each element is one of the two stochastic-rounding neighbours of the same fp32 sum, so
+# the two are at most 1 bf16 ULP apart. (`method="chunked"`, notebook 06, adds in another order, so its fp32
+# sums may differ from llm.c's in the last bits as well.) How long llm.c takes, this course does not state:
+# it keeps no recorded llm.c run to read such numbers from. Most of llm.c's backward time is its host
+# bucketing (the hash map over B·T·(C/256) entries, a sort, two copies), the step that notebook 06 moves to
+# the GPU.
 #
-# ## 8. Exercise 3: read the bucket table
+# ## 8. Exercise 3: read the bucket table (core)
 #
 # Which block reads `dout[b, t, c]`? Write `locate(table, inp, b, t, c)` returning `(bucket, item)`: the
 # index of the bucket in `table` that reads that gradient, and its place in the bucket's list of
@@ -486,7 +531,7 @@ def locate(table, inp, b, t, c):
 done = exercises.check_locate(locate)
 
 # %% [markdown]
-# ### Build them in CUDA
+# ### (optional) Build them in CUDA
 #
 # With a GPU, write the two kernels themselves. Below are `kernels/encoder_backward_wpe.cu` and
 # `kernels/encoder_backward_wte_bucketed.cu` with the kernels' bodies cut out, made from the files when
@@ -507,6 +552,13 @@ my_wpe_cu = r"""
 verdict = buildit.check_backward_wpe(my_wpe_cu)
 verdict.show()
 
+# %% [markdown]
+# The whole `kernels/encoder_backward_wpe.cu`, as the package compiles it, opens here once your wpe kernel
+# passed (`unlocked=True` opens it now, for instance without a GPU):
+
+# %%
+reveal.kernel("wpe", unlocked=verdict)
+
 # %%
 display(Markdown(f"```cuda\n{skeletons.skeleton('wte_bucketed')}\n```"))
 
@@ -518,3 +570,11 @@ my_wte_cu = r"""
 # %%
 verdict = buildit.check_backward_wte_bucketed(my_wte_cu)
 verdict.show()
+
+
+# %% [markdown]
+# The whole `kernels/encoder_backward_wte_bucketed.cu` (the block form, the warps form the package launches and
+# its prefetching variant) opens here once your wte kernel passed (`unlocked=True` opens it now):
+
+# %%
+reveal.kernel("wte_bucketed", unlocked=verdict)

@@ -21,6 +21,17 @@
 # on both backends: a stateless hash (SquirrelNoise5) of the element's position, and a 16-bit
 # threshold.
 #
+# **Prerequisites:** notebook 02 (bf16 storage, rounding after an add, ULPs); notebook 03 helps for the
+# comparison with llm.c but is not needed. Bit operations on integers (`&`, shifts) in Python or C.
+#
+# **After this notebook you can:**
+# 1. say why round-to-nearest bf16 stalls a sum of small updates, and what stochastic rounding does instead;
+# 2. compute the probability that the 16-bit threshold trick rounds a value away from zero (Exercise 4
+#    checks it);
+# 3. say why the kernels key the noise by element, tensor and seed, and what a fixed seed would do.
+#
+# **Time:** about 20 minutes for the core sections; the sections marked *(optional)* add about 10.
+#
 # 0. Setup · 1. bf16 drops small updates · 2. Drift: many small additions · 3. SquirrelNoise5 ·
 # 4. The 16-bit threshold trick · 5. Why key the noise by element and seed · 6. llm.c does it this way ·
 # 7. Through the real kernels · 8. The accumulation stall, method by method · 9. Exercise 4
@@ -47,7 +58,7 @@ print("arrays:", xp.__name__, "->", "the CUDA kernels" if xp is not np else "the
 print("gpu_status():", enc.gpu_status())
 
 # %% [markdown]
-# ## 1. bf16 drops small updates
+# ## 1. bf16 drops small updates (core)
 #
 # bf16 is the top half of an fp32 number: the same 8 exponent bits, but 7 stored mantissa bits instead
 # of 23. Between 1 and 2 its values are 2⁻⁷ = 0.0078125 apart. Add 1e-4 to 1.0 in fp32, round to the
@@ -68,7 +79,7 @@ print(f"next bf16 above 1.0: {1 + 2**-7}")
 # updates much smaller than its own ulp **all the time**, and round-to-nearest loses every one of them,
 # always in the same direction.
 #
-# ## 2. Drift: many small additions
+# ## 2. Drift: many small additions (core)
 #
 # Start at 1.0 and add 1e-4 ten thousand times; the exact answer is 2.0. Three ways of storing the running
 # value: fp32; bf16 with round-to-nearest; bf16 with stochastic rounding, which rounds **up** with
@@ -116,9 +127,19 @@ print(f"  bf16, stochastic        mean of {runs} runs {float(stochastic[:, -1].m
 
 # %% [markdown]
 # Round-to-nearest never moves. Stochastic rounding follows the exact line (fp32 lies on it); each run
-# wanders around it by a few bf16 steps, the price of storing only 8 significant bits, but without bias.
+# wanders around it, the price of storing only 8 significant bits, but without bias. By how many bf16 steps
+# (one step is the bf16 ULP at the exact value: 2⁻⁷ below 2.0):
+
+# %%
+exact_line = 1.0 + np.arange(steps + 1) * float(increment)
+step_size = np.ldexp(1.0, np.frexp(exact_line)[1] - 8)  # the bf16 ULP at each exact value
+distance = np.abs(stochastic.astype(np.float64) - exact_line) / step_size
+print(f"distance of the {runs} runs from the exact line, in bf16 steps: at most {distance.max():.1f} along the way, "
+      f"{distance[:, -1].min():.1f} to {distance[:, -1].max():.1f} at the end")
+
+# %% [markdown]
 #
-# ## 3. SquirrelNoise5: random numbers without state
+# ## 3. SquirrelNoise5: random numbers without state (core)
 #
 # A GPU kernel has no convenient random generator to draw from: a generator has state, and thousands
 # of threads sharing it would need coordination (and would draw in a timing-dependent order).
@@ -154,7 +175,7 @@ fig = plots.noise_uniformity(thresholds)
 # *Figure: left, a flat histogram of 65,536 16-bit thresholds; right, each threshold against the next, a
 # structureless cloud.*
 #
-# ## 4. The 16-bit threshold trick
+# ## 4. The 16-bit threshold trick (core)
 #
 # bf16 keeps the top 16 bits of an fp32 value and drops the low 16. Read those 16 dropped bits as a number
 # `dropped` between 0 and 65535: it says how far the value lies from the lower bf16 neighbour
@@ -194,7 +215,7 @@ ax = plots.round_up_probability(fractions, observed, title="1 + f * 2^-7, 65536 
 # *Figure: the observed fraction rounded up against the position between two bf16 neighbours; the points lie on the
 # diagonal.*
 #
-# ## 5. Why key the noise by element and seed
+# ## 5. Why key the noise by element and seed (core)
 #
 # The kernels draw the threshold of element `e` of a gradient tensor as `noise_2d(e, stream, seed)`:
 #
@@ -228,7 +249,7 @@ print("  fresh seed every step:", fresh[:, -1].astype(np.float64).tolist())
 print("  the same seed        :", fixed[:, -1].astype(np.float64).tolist())
 
 # %% [markdown]
-# ## 6. llm.c does it this way
+# ## 6. (optional) llm.c does it this way
 #
 # The threshold trick and SquirrelNoise5 are llm.c's (`stochastic_rounding` in its `llmc/cuda_utils.cuh`,
 # called from [`llmc/encoder.cuh`](https://github.com/karpathy/llm.c/blob/master/llmc/encoder.cuh)). The
@@ -251,11 +272,12 @@ print("  the same seed        :", fixed[:, -1].astype(np.float64).tolist())
 # * a CPU mirror would have to replay the launch to draw the same numbers.
 #
 # Keyed by `(element, tensor, seed)`, none of this arises: every kernel variant, any table order and the
-# NumPy mirror round each element with the same threshold. Measured against llm.c on the same inputs (H200,
-# llm.c commit `f1e2ace6`): the two `dwte` and `dwpe` differ by at most 1 ULP, each element one of the two
-# bf16 neighbours of the same fp32 sum, and both have the same largest relative error against float64.
+# NumPy mirror round each element with the same threshold. Compared with llm.c on the same inputs (H200,
+# llm.c commit `f1e2ace6`), `method="bucketed"`, the package's method that sums in llm.c's order (notebook
+# 03), gives `dwte` and `dwpe` that differ from llm.c's by at most 1 ULP: each element is one of the two bf16
+# neighbours of the same fp32 sum, and only the noise that picks the neighbour differs.
 #
-# ## 7. Through the real kernels
+# ## 7. Through the real kernels (core)
 #
 # The same experiment with `encoder_backward` itself, on the active backend: one token at one position
 # (B = T = 1, V = 1, C = 64 bf16 channels), `dwte` starting at 1.0, and a gradient of 1e-3 every step,
@@ -295,7 +317,7 @@ for method, dwte in finals.items():
 # checksum of the bucketed result is the same on the GPU and in the CPU mirror: stochastic, yet
 # reproducible.
 #
-# ## 8. The accumulation stall, method by method
+# ## 8. (optional) The accumulation stall, method by method
 #
 # Gradient accumulation adds into `dwte` call after call, and every call rounds its result to the storage
 # dtype once. What that does depends on the rounding, so here are all four methods, in bf16 and in fp32:
@@ -349,7 +371,7 @@ for dtype in (enc.bfloat16, np.float32):
 # `tests/test_bounds.py` asserts the same on both backends, and `docs/reliability.md` states the drift per
 # method.
 #
-# ## 9. Exercise 4: the probability of rounding away from zero
+# ## 9. Exercise 4: the probability of rounding away from zero (core)
 #
 # Write `away_from_zero_probability(x)`: for each fp32 value of the array `x` (NumPy or CuPy), the
 # probability that stochastic rounding stores the bf16 neighbour farther from zero. Values that bf16
@@ -358,7 +380,7 @@ for dtype in (enc.bfloat16, np.float32):
 # drawn when it runs), then shows a few of your answers next to the package's rounding, drawn with a fresh
 # seed.
 #
-# *Hint:* section 3 (the threshold trick) and `round_to_storage` in `kernels/common.cuh`: which bits does
+# *Hint:* "The 16-bit threshold trick" above and `round_to_storage` in `kernels/common.cuh`: which bits does
 # bf16 drop, and what is the threshold compared with? Solution: `solutions/exercises.py` (in the
 # repository, outside the package).
 
