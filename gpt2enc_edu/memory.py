@@ -176,23 +176,23 @@ class SpanLock:
         written = [s for a in writes for s in spans(a)] + [(("resource", key), 0, 1) for key in resources]
         entry = (written, [s for a in reads for s in spans(a)])
         token = object()
-        with self._changed:
-            def free() -> bool:
-                return not any(self._conflict(entry, other) for other in self._held.values())
+        try:  # the entry is removed whatever interrupts the block, KeyboardInterrupt included
+            with self._changed:
+                def free() -> bool:
+                    return not any(self._conflict(entry, other) for other in self._held.values())
 
-            if not free():
-                self._waiting += 1
-                try:
-                    self._changed.wait_for(free)
-                finally:
-                    self._waiting -= 1
-            self._held[token] = entry
-        try:
+                if not free():
+                    self._waiting += 1
+                    try:
+                        self._changed.wait_for(free)
+                    finally:
+                        self._waiting -= 1
+                self._held[token] = entry
             yield
         finally:
             with self._changed:
-                del self._held[token]
-                self._changed.notify_all()
+                if self._held.pop(token, None) is not None:
+                    self._changed.notify_all()
 
 
 #: The lock every public call of the package holds while it writes.
