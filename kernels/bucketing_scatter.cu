@@ -370,17 +370,16 @@ extern "C" __global__ void __launch_bounds__(SCATTER_THREADS)
     }
     // The other blocks are a pool of warps that take the small tokens in turn: warp w of the pool takes ranks
     // num_big + w, num_big + w + pool, ... Class 1 comes last in rank order and a single position is sorted
-    // already, so the walk ends at its first rank. The package launches a pool of one block per SM: on an H200 at
-    // B=64 that made the table alone 0-4 us faster and the chunked backward 0-3 us faster than a warp for every
-    // token that may need one (about 1,600 blocks, most of whose warps leave at once). Before the wpe kernel took
-    // 1024-thread blocks (part 9), the same pool had made the backward slower (docs/performance.md, parts 8 and 16).
+    // already, so the walk ends at its first rank. The package launches a pool of one block per SM rather than a
+    // warp for every token that may need one (about 1,600 blocks at B=64, most of whose warps would leave at once
+    // while holding their SM; docs/experiments.md, bucket table: "kernel 6's small tokens taken by a pool").
     //
     // A small token's range needs no load: lane l holds class l + 1's first rank and first slot (class_bases), the
     // classes come in the order 32, 31, ..., 1, so the class of rank r is the smallest c whose first rank is <= r
     // (one ballot), and its range starts (r - first rank) * c slots after the class's first slot, c positions long.
-    // The warp's only wait per token is then the load of its positions (it loaded the token's bucket row first,
-    // before docs/performance.md's part 19), and kernel 3 need not write the small tokens' bucket rows for this
-    // kernel, so the chunked method's table leaves them out.
+    // The warp's only wait per token is then the load of its positions (a bucket row loaded first would be a
+    // second dependent load), and kernel 3 need not write the small tokens' bucket rows for this kernel, so the
+    // chunked method's table leaves them out.
     int end = class_bases[BASE_RANK * CHUNK_ITEMS + 0];
     int class_rank = class_bases[BASE_RANK * CHUNK_ITEMS + lane];  // lane l: class l + 1
     int class_item = class_bases[BASE_ITEM * CHUNK_ITEMS + lane];

@@ -10,9 +10,8 @@
 // The kernel runs on one SM and is
 // bound by how fast its warps can issue dependent steps, so the split is a trade: more keys per thread turn more
 // sorting steps into register swaps and keep more steps inside a warp, fewer keys give the SM more warps to
-// switch between while a shuffle or a barrier is pending. On an H200 the whole kernel took 8.8 / 7.9 / 7.7 us
-// (uniform / Zipf / real ids, as graph replays) with 256 threads x 4 keys, 7.5 / 6.6 / 6.3 us with 512 x 2 and
-// 8.9 / 8.4 / 8.2 us with 1024 x 1 (docs/performance.md, part 4; phase 3 was then a second sort).
+// switch between while a shuffle or a barrier is pending. 512 x 2 was the fastest of 256 x 4, 512 x 2 and 1024 x 1
+// (docs/experiments.md, bucket table: "one-block route: its block shape and the bitonic network").
 //
 // The sort is block_sort.cuh's bitonic network over all 1024 elements (padding keys sort last): of its 55 steps, 10
 // are register swaps, 35 shuffles inside a warp and 10 go through shared memory. Every key is unique, so the sorted
@@ -28,11 +27,10 @@
 //      class c = the tokens seen c <= 32 times, which come in classes 32, 31, ..., 1 and by id inside a class,
 //      after the few "big" tokens (seen more often), ranked by comparing them with each other. Element r then
 //      holds the key ((SMALL_MAX_BT - count) << SMALL_POS_BITS) | s of the token of rank r. (A second bitonic
-//      sort of these keys gives the same order; on an H200 it took 0.5-0.8 us longer, docs/performance.md part 5.)
+//      sort of these keys gives the same order, with eleven barriers instead of four.)
 //   4. Rank r's start in bt_list and its first unit (one scan of two packed fields), its units and (where asked) its
 //      bucket rows. The chunked wte kernels read only the units and bt_list, so the package asks for the bucket
-//      rows only for the bucketed method: writing 3 rows per token from one SM took 0.2-0.9 us of the kernel's
-//      8 on an H200 (docs/performance.md, part 6).
+//      rows only for the bucketed method: one SM writing 3 rows per token is a visible share of the kernel.
 //   5. bt_list: every sorted position moves to its token's new start plus its place inside the segment.
 //
 // Launch: one block of SMALL_THREADS threads, 41 KB of static shared memory:

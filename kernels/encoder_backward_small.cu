@@ -34,13 +34,9 @@
 //   5. dwpe: one thread per 16-byte pack of the first T rows, over the whole grid (last, so that the dwte tasks,
 //      which wait for the sort, start first; at B=1 it is one read per thread).
 //
-// Measured on an H200 at B=1, T=1024, C=768, bf16 (the bench's timer, L2 flushed; uniform / Zipf / real ids): the
-// whole backward in 10.9 / 11.4-11.5 / 11.4 us, against 15.6-16.1 / 16.0-16.2 / 16.9-17.2 for the bucketed method
-// and 15.7-16.1 / 20.2 / 19.8-20.2 for the chunked method's four kernels. Phases 1-3 alone: 6.5 us. Tried and not
-// kept (docs/performance.md, part 13): a block token's chunk summed by one warp with 4 or 8 rows in flight (Zipf
-// ids 15.4-18.0 us: its 32 rows are a chain of 8 or 4 reads); dout and dwpe asked of L2 first (10.7 / 12.1 /
-// 11.9-12.0 us); block tokens from 5 items on (11.0-11.4 / 11.9-12.1 / 11.8 us). The bench (part 13): 11.6 / 12.1 /
-// 12.1 us.
+// Why a block token is read a thread per 8 bytes and chunk, 8 chunks at once: summed by one warp its 32 rows were a
+// chain of reads; the other forms tried, and what the phases cost: docs/experiments.md, one launch for small
+// batches ("one sequence, one launch").
 //
 // Launch: grid = any number of blocks (the package: as many as fit the GPU at once: one per SM, for the registers
 //   of 64 rows in flight), block = SMALL_BACKWARD_THREADS, 25 KB of static shared memory:

@@ -132,8 +132,8 @@ extern "C" __global__ void __launch_bounds__(WTE_BLOCK_SIZE, WTE_MIN_BLOCKS)
 //   order the table lists them (the big ones first only makes it faster: block b has at most one then).
 //
 // Blocks per SM of the warps form: at most 6, so that a thread has 40 registers. With 32 (8 blocks, as llm.c's form
-// has) the big buckets' loop of four loads in flight spilled to local memory, and on an H200 the kernel took 323
-// against 257 us at B=64 on Zipf ids, 83 against 79 on uniform ids (docs/performance.md, part 10).
+// has) the big buckets' loop of four loads in flight spilled to local memory and ran slower on every kind of ids
+// (docs/experiments.md, wte kernels: "the warps form").
 #if WTE_MIN_BLOCKS < 6
 #define WTE_WARPS_MIN_BLOCKS WTE_MIN_BLOCKS
 #else
@@ -143,10 +143,9 @@ extern "C" __global__ void __launch_bounds__(WTE_BLOCK_SIZE, WTE_MIN_BLOCKS)
 // PREFETCH (the prefetch kernel): before a block sums a big bucket, each of its threads asks L2 for the bucket's rows
 // of items t, t + 256, ... (prefetch_l2: no register is held, nothing waits), so that the warps' chains of dependent
 // loads below find their rows in L2 instead of each waiting a full memory latency. Worth it where dout fits easily
-// in L2: on an H200, on Zipf ids, the kernel took 29.7 instead of 31.1 us at B=8 and 8.9 instead of 9.1 at B=1, but
-// 244 instead of 226-249 at B=64, where the prefetched lines push each other out (docs/performance.md, part 12). It
-// is a template parameter, not a kernel argument: with a run-time flag the compiler scheduled the loop below slower
-// even where the flag was off (299 against 227 us at B=64 on Zipf ids).
+// in L2; where it does not, the prefetched lines push each other out (docs/experiments.md, wte kernels: "a big
+// bucket's rows asked of L2 first"). It is a template parameter, not a kernel argument: with a run-time flag the
+// compiler scheduled the loop below slower even where the flag was off.
 template <bool PREFETCH>
 __device__ __forceinline__ void wte_bucketed_warps(floatX* dwte, const int4* bucket_info, const int* bt_list,
                                                    const floatX* dout, const int* num_buckets, int C, unsigned int seed,

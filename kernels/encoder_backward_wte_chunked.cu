@@ -41,9 +41,7 @@
 // Each warp waits on a chain of dependent loads (unit -> positions -> gradients): latency, not bandwidth,
 // bounds it, so the kernel wants many warps per SM. One channel group per warp keeps a thread's state small
 // (8 sums, one dout pack, one dwte pack) so that 8 blocks of 8 warps fit an SM, the most an SM holds.
-// (On an H200, B=64, uniform / Zipf / real ids: one warp per unit walking all 3 groups at 3 blocks per SM
-// took 88 / 73 / 58 us; one warp per group at 6 blocks per SM 81 / 77 / 58 us, at 8 blocks 77 / 76 / 57 us.
-// At B=8: 24 / 37 / 34 us before, 21 / 30 / 29 us after. scripts/perf_probe.py, docs/performance.md.)
+// (The forms measured: docs/experiments.md, wte kernels: "a warp per (unit, channel group)".)
 // An SM holds 2048 threads from sm_80 on (1536 on sm_86/87/89, 1024 on sm_75): ask for what fits.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 750
 #define CHUNKED_MIN_BLOCKS 4
@@ -87,7 +85,7 @@ __device__ __forceinline__ void add_rows(float* accum, const floatX* dout, int m
 // its slots of shared memory (`stage`: slot i at stage + i * WARP_SIZE * x128::size, so that a warp's 32 lanes
 // touch 512 contiguous bytes), waits for them once, then adds them from there in the same order. One memory
 // latency per STAGED_ROWS rows instead of one per row, and no register holds a row while it travels: a frequent
-// token's chunk of 32 rows waited 32 latencies, now 4 (docs/performance.md, part 7).
+// token's chunk of 32 rows waited 32 latencies, now 4 (docs/experiments.md, wte kernels: "a chunk's rows staged").
 __device__ __forceinline__ void add_rows_staged(float* accum, const floatX* dout, int my_bt, int chunk_size, int C,
                                                 int c, bool has_channels, floatX* stage) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -145,10 +143,8 @@ __device__ __forceinline__ void chunk_warp(floatX* dwte, const int4* units, cons
     // One coalesced load of the chunk's positions (lane i holds item i); shuffles hand them to every lane.
     int my_bt = lane_id < chunk_size ? bt_list[token_start + chunk_first + lane_id] : 0;
     // No L2 prefetch of the chunk's rows before the sum, and no loop over channel groups (one grid row per group):
-    // both cost registers (at 32 per thread the kernel spilled) and time. On an H200 the chunk kernel alone took
-    // 68.5 / 51.0 / 44.0 us without them against 73.0 / 52.5 / 45.0 with them at B=64 (uniform / Zipf / real ids),
-    // 15.8 / 16.5 / 16.4 against 17.4 / 17.8 / 17.3 at B=8, where the prefetch had been on (docs/performance.md,
-    // part 15; part 4 had measured the prefetch faster at B=1 and B=8 on an earlier form of the kernel).
+    // both cost registers (at 32 per thread the kernel spilled) and time, at every batch size measured
+    // (docs/experiments.md, wte kernels: "the chunk kernel without its L2 prefetch and its loop over groups").
     int g = blockIdx.y;  // one grid row per channel group
     int c = g * c_per_warp + lane_id * x128::size;
     bool has_channels = c < C;  // lanes past C (in the last group of a C that is no multiple) only shuffle
@@ -204,19 +200,17 @@ __device__ __forceinline__ void stage_pack(float4* shared_target, const float* g
 #endif
 }
 
-// The combine kernel. Adding a token's partials is one chain of dependent adds per channel, chunk after chunk. Until
-// part 16 each thread fetched its own partials, 16 chunks at a time, and waited one memory latency for every 16: a
-// token seen 9000 times (285 chunks at B=64 on Zipf ids) kept one block busy for about 20 us after every other warp
-// was done.
+// The combine kernel. Adding a token's partials is one chain of dependent adds per channel, chunk after chunk. A
+// block that fetched its own partials, 16 chunks at a time, would wait one memory latency for every 16: a token seen
+// 9000 times (285 chunks at B=64 on Zipf ids) would keep one block busy long after every other warp was done.
 // Two changes take the waiting off that chain, without touching the order of any add:
 //   * the token's channels are cut into slices, as many as it has chunks (between combine_slices' bounds), and
 //     the block of the token's unit `chunk` takes slice `chunk` (and chunk + num_chunks, ... where there are more
 //     slices than chunks): a frequent token's partials are read by up to 24 SMs at once (C = 768), not one;
 //   * the whole block copies the slice's partials into shared memory, COMBINE_STAGE_PACKS packs per stage and two
 //     stages in flight (cp.async), and one thread per column of 4 channels adds them from there in chunk order.
-// (On an H200, chunk + combine kernels at B=64, uniform / Zipf / real ids: 73.9 / 78.4 / 58.4 us before, 72.5 /
-// 57.9 / 52.3 after; at B=8 17.2 / 29.5 / 26.7 before, 18.1 / 25.8 / 24.7 after; with every id equal 215 -> 80 us.
-// docs/performance.md, part 16.)
+// (What it gained, and the slice widths and stage sizes tried: docs/experiments.md, wte kernels: "the combine
+// kernel spread over a token's unit blocks".)
 // Slices: Q = C / 4 columns; num_slices = min(max(num_chunks, CEIL_DIV(Q, COMBINE_THREADS)), CEIL_DIV(Q,
 // COMBINE_MIN_COLUMNS)), then width = CEIL_DIV(Q, num_slices) columns each (the last may be narrower) and
 // num_slices = CEIL_DIV(Q, width). gpt2enc_edu.layout.combine_slices computes the same for the mirror.

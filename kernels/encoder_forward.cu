@@ -91,9 +91,8 @@ extern "C" __global__ void encoder_forward_kernel(floatX* out, const int* inp, c
         if (r < rows) {
             x128 packed_out;
             for (int k = 0; k < x128::size; k++) { packed_out[k] = (floatX)((float)wte128[r][k] + (float)wpe128[k]); }
-            // A plain store. The streaming one ("evict first", which this kernel used before) measured the same on
-            // an H200 (B=64, u / z / r ids, runs interleaved: 53.5 / 40.2 / 36.4 us streaming, 54.2 / 39.6 / 36.8
-            // plain; docs/performance.md, part 7). A hint cannot change the bits.
+            // A plain store: a streaming one ("evict first") measured the same, and the plain one is the simpler
+            // (docs/experiments.md, forward: "streaming or plain stores"). A hint cannot change the bits.
             store128(out + ((b0 + r) * T + t) * C + c, packed_out);
         }
     }
