@@ -375,7 +375,6 @@ my_forward_cu = r"""
 verdict = buildit.check_forward(my_forward_cu)
 verdict.show()
 
-
 # %% [markdown]
 # The whole `kernels/encoder_forward.cu`, as the package compiles it (all three versions), opens here once
 # your CUDA kernel passed (`unlocked=True` opens it now, for instance without a GPU):

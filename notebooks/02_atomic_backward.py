@@ -447,7 +447,6 @@ my_atomic_cu = r"""
 verdict = buildit.check_backward_atomic(my_atomic_cu)
 verdict.show()
 
-
 # %% [markdown]
 # The whole `kernels/encoder_backward_atomic.cu` (the kernel above, the rows kernel the package launches,
 # the widen and narrow kernels and the bf16 atomics) opens here once your CUDA kernel passed (`unlocked=True`

@@ -571,7 +571,6 @@ my_wte_cu = r"""
 verdict = buildit.check_backward_wte_bucketed(my_wte_cu)
 verdict.show()
 
-
 # %% [markdown]
 # The whole `kernels/encoder_backward_wte_bucketed.cu` (the block form, the warps form the package launches and
 # its prefetching variant) opens here once your wte kernel passed (`unlocked=True` opens it now):
