@@ -116,7 +116,8 @@ def main() -> int:
 
     def table_beside_wpe(g, B, seed):
         """The table on a side stream of the highest priority beside the wpe kernel on the caller's stream, which
-        then waits for the table (the first half of the package's schedule before part 4); returns the table."""
+        then waits for the table (the first half of a schedule the package no longer uses: docs/experiments.md,
+        schedule, streams and launches); returns the table."""
         start_side.record(stream)
         side.wait_event(start_side)
         with side:
@@ -127,7 +128,7 @@ def main() -> int:
         return table
 
     def table_beside_wpe_then_wte(g, B, seed, method="chunked"):
-        """Another schedule (the package's before part 4): ``table_beside_wpe``, then the wte kernel(s) on the
+        """Another schedule (one the package no longer uses): ``table_beside_wpe``, then the wte kernel(s) on the
         caller's stream."""
         table = table_beside_wpe(g, B, seed)
         wte = cuda.encoder_backward_wte_chunked if method == "chunked" else cuda.encoder_backward_wte_bucketed
@@ -165,7 +166,7 @@ def main() -> int:
                 f"auto route {auto_route(B * T, V)}",
                 flush=True,
             )
-            # ---------------- overlap: the table and the wpe kernel alone, then side by side (as before part 4)
+            # ---------------- overlap: the table and the wpe kernel alone, then side by side (the older schedule)
             record(B, kind, "overlap: table alone", t_us(lambda: gpu_buckets.build_bucket_table_gpu(
                 g.inp, C, enc.bfloat16, V)))
             record(B, kind, "overlap: wpe kernel alone", t_us(lambda: cuda.encoder_backward_wpe(

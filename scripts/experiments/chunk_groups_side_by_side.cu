@@ -2,8 +2,9 @@
 // unchanged, but launched so that the channel groups of one unit block run side by side. For the probe
 // scripts/experiments/probe_chunk_group_order.py; nothing in gpt2enc_edu launches it.
 //
-// The question (docs/performance.md, "Prepared, not yet measured"): the package launches the chunk kernel on a grid
-// (unit blocks, channel groups) and takes the group from blockIdx.y. Blocks start in order of their linear index,
+// The question (docs/experiments.md, wte kernels: "channel groups side by side"): the package launches the chunk
+// kernel on a grid (unit blocks, channel groups) and takes the group from blockIdx.y. Blocks start in order of their
+// linear index,
 // x fastest, so at B=64 every unit block's group 0 runs in about the first third of the kernel's time, then
 // group 1, then group 2: the three 512-byte pieces of one dout row (b, t) and of one dwte row are read some 20-25 us
 // apart, each as a separate visit to DRAM. Here the grid is (groups, unit blocks), the package's two dimensions

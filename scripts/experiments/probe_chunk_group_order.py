@@ -1,11 +1,11 @@
-"""Experiment (prepared in the nineteenth session, not yet run on a GPU): a chunk kernel's channel groups side by side.
+"""Experiment: a chunk kernel's channel groups side by side (run on an H100; the result: docs/experiments.md).
 
 The package launches the chunk kernel on a grid (unit blocks, channel groups), so at B=64 the blocks of group 0 run
 first, then those of group 1, then group 2: the three 512-byte pieces of a dout row and of a dwte row are read some
 20 us apart. ``chunk_groups_side_by_side.cu`` is the same kernel on the grid with its two dimensions swapped, so
 that a unit block's groups start together (same warps, same work, same bits; only the order in which blocks start
-changes). At B=64 on uniform ids the chunk kernel alone takes 74.1 us on the bench, 68% of its floor, and the chunked
-backward 102.8 us against target 2's 100 (docs/performance.md, part 19). This probe asks whether the order matters:
+changes). At B=64 on uniform ids the chunk kernel is the largest part of the chunked backward, and the furthest from
+its floor of the backward's kernels (docs/performance.md, wte kernels). This probe asks whether the order matters:
 
 1. **Bits.** The chunk and combine kernels with the swapped launch against the package's, dwte bit for bit, on tables
    built on the GPU: bf16 and fp32, B*T from 37 to 65,536, C from 40 (one partial group) to 1600, the three id kinds,

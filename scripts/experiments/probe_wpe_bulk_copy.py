@@ -1,9 +1,9 @@
-"""Experiment (prepared in the nineteenth session, not yet run on a GPU): can the wpe kernel read dout faster per SM?
+"""Experiment: can the wpe kernel read dout faster per SM? (Run on an H100; the result: docs/experiments.md.)
 
 Beside the bucket table built in the call, the package's wpe kernel runs on 3/8 of the SMs (49 of an H200's 132,
-``layout.WPE_SM_SHARE_BESIDE_TABLE``) and alone there took 40.9 us at B=64 against 32.5 on its full grid
-(docs/performance.md, part 18): about 50 GB/s per SM. Without the wpe kernel the chunked backward at B=64 on
-uniform ids took 91.0 us, with it 103-104. This probe times the two forms of ``wpe_bulk_copy.cu`` (the copy
+``layout.WPE_SM_SHARE_BESIDE_TABLE``) and alone there took 40.9 us at B=64 against 32.5 on its full grid: about
+50 GB/s per SM. Without the wpe kernel the chunked backward at B=64 on uniform ids took 91.0 us, with it 103-104
+(H200, 2026-12-04; docs/experiments.md, wpe kernel). This probe times the two forms of ``wpe_bulk_copy.cu`` (the copy
 engine's bulk copies, and per-thread cp.async pipelines) against the package's kernel:
 
 1. **Bits.** Every form and grid against the package's kernel on the same dout and dwpe (bf16 and fp32; B*T*C from

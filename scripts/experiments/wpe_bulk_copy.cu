@@ -1,9 +1,10 @@
 // wpe_bulk_copy.cu: two experimental forms of the wpe kernel (kernels/encoder_backward_wpe.cu), for the probe
 // scripts/experiments/probe_wpe_bulk_copy.py. Not part of the package: nothing in gpt2enc_edu launches them.
 //
-// The question (docs/performance.md, "Prepared, not yet measured"): beside the bucket table the package's wpe kernel
-// runs on 49 of the H200's 132 SMs, and alone on 48 blocks it read dout at about 2.5 TB/s (40.9 us for 101 MB at
-// B=64, part 18), about 50 GB/s per SM, although each SM asks for 1024 threads x 8 loads x 16 bytes = 128 KB at once.
+// The question (docs/experiments.md, wpe kernel: "bulk-copy and cp.async forms"): beside the bucket table the
+// package's wpe kernel runs on 49 of the H200's 132 SMs, and alone on 48 blocks it read dout at about 2.5 TB/s (40.9
+// us for 101 MB at B=64), about 50 GB/s per SM, although each SM asks for 1024 threads x 8 loads x 16 bytes = 128 KB
+// at once.
 // If what caps an SM is the number of loads its L1 keeps outstanding, a copy engine that is not the threads' load
 // path may read faster per SM, and the wpe kernel would cost the call less while the table runs beside it.
 //
