@@ -1,7 +1,7 @@
 """The prepared experiments in scripts/experiments/ stay buildable: their kernels compile with nvcc (the sizes the probe
 passes, both storage dtypes, the architectures they are for), their probes start (``--help``) and, without a GPU,
-exit saying why, so that a session with a GPU can run them as they are. What they measure is only known from a GPU
-run (docs/performance.md)."""
+exit saying why, so that a machine with a GPU can run them as they are. What they measured on a GPU is in
+docs/experiments.md."""
 
 from __future__ import annotations
 
