@@ -488,7 +488,7 @@ if present:
 # warp's task, its rows all asked for at once. A more frequent token gets a whole block, one thread per 8 bytes of
 # channels and chunk, so that a chunk's 32 rows are read at once instead of one after another. The sums, and so the
 # bits, are the chunked method's; `encoder_backward(..., method="chunked")` takes this path by itself for up to
-# 1024 ids on the GPU (docs/performance.md, part 13).
+# 1024 ids on the GPU (docs/performance.md, "one launch for one sequence").
 
 # %%
 display(Markdown(f"```cuda\n{kernel_source('encoder_backward_small.cu')}\n```"))
