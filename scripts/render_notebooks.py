@@ -7,7 +7,9 @@ What ``jupyter nbconvert --to html --execute`` does, with two differences a read
 * every figure has alternative text: its caption, the ``*Figure: ...*`` paragraph that opens the first markdown
   cell after the figure's cell (``figure_captions``), else a sentence naming the notebook and the cell; the HTML
   template ``render_notebooks.html.j2`` writes it (nbconvert's own template writes none and warns);
-* the kernel talks to this process over local IPC sockets instead of TCP (the kernel warns about unencrypted TCP).
+* the kernel talks to this process over local IPC sockets instead of TCP (the kernel warns about unencrypted TCP):
+  sockets in a private temporary folder, named by an absolute path, since the kernel runs in the notebook's folder
+  and jupyter_client's default name is relative.
 
 Each notebook runs in its own folder, as in JupyterLab. The notebooks themselves are not modified. Exit status 1
 with the failing cell's error when a notebook fails.
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -59,11 +62,13 @@ def render(path: Path, out_dir: Path, timeout: int) -> Path:
     from nbconvert.preprocessors import ExecutePreprocessor
     from traitlets.config import Config
 
-    config = Config()
-    config.KernelManager.transport = "ipc"
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
-    ExecutePreprocessor(timeout=timeout, config=config).preprocess(nb, {"metadata": {"path": str(path.parent)}})
+    with tempfile.TemporaryDirectory(prefix="nbk") as sockets:
+        config = Config()
+        config.KernelManager.transport = "ipc"
+        config.KernelManager.ip = str(Path(sockets) / "kernel")
+        ExecutePreprocessor(timeout=timeout, config=config).preprocess(nb, {"metadata": {"path": str(path.parent)}})
     figures = set_alt_text(nb, path.name)
     exporter = HTMLExporter(template_name="lab", extra_template_paths=[str(TEMPLATE.parent)],
                             template_file=TEMPLATE.name)

@@ -46,8 +46,9 @@ def test_captions_become_alternative_text():
 
 
 def test_render_writes_alt_text_and_no_warnings(tmp_path):
-    """A small notebook with a real figure, executed and exported as the main job does: its caption is the image's
-    alt text, and stderr holds neither nbconvert's missing-alt warning nor the kernel's TCP notice."""
+    """A small notebook with a real figure, executed and exported as the main job does (from another folder than the
+    notebook's): its caption is the image's alt text, and stderr holds neither nbconvert's missing-alt warning nor
+    the kernel's TCP notice."""
     pytest.importorskip("matplotlib")
     pytest.importorskip("ipykernel")
     v4 = nbformat.v4
@@ -55,7 +56,8 @@ def test_render_writes_alt_text_and_no_warnings(tmp_path):
         v4.new_code_cell("import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()"),
         v4.new_markdown_cell("*Figure: a line that rises & falls.*"),
     ], metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
-    path = tmp_path / "figure.ipynb"
+    path = tmp_path / "notebooks" / "figure.ipynb"  # not the working folder: the kernel runs in the notebook's
+    path.parent.mkdir()
     nbformat.write(nb, path)
     result = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "out"), str(path)],
                             capture_output=True, text=True, cwd=tmp_path)
