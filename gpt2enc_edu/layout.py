@@ -116,9 +116,8 @@ BUCKETING_THREADS = 1024
 def cooperative_grid_blocks(BT: int, V: int, num_sms: int) -> int:
     """Blocks of the cooperative bucketing launch: one per SM at most (so all are co-resident), none idle.
 
-    (Capping it at 32 SMs, to leave the others to the wpe kernel queued beside it, was measured on an H200:
-    the table took 72 us instead of 60 at B=64 and the wpe kernel still did not run beside it; see
-    docs/performance.md.)
+    (Capping it at 32 SMs, to leave the others to the wpe kernel queued beside it, made the table slower and the wpe
+    kernel still did not run beside a cooperative launch: docs/experiments.md, bucket table: "the first GPU tables".)
     """
     return max(1, min(num_sms, ceil_div(max(V, BT), BUCKETING_THREADS)))
 
