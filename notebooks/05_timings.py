@@ -240,7 +240,7 @@ if rows:
 # **gathers**: each thread first waits for its ids, then for rows of 1.5 KB at addresses the ids pick, and only
 # then stores.
 #
-# *Measured* (`docs/performance.md`, the sections on the forward; H200, B=64): a memset, and a store-only kernel
+# *Measured* (`docs/experiments.md`, the section on the forward; H200, B=64): a memset, and a store-only kernel
 # with the forward's thread map, write the output at about the copy rate; the forward with **every id equal**,
 # which writes the same bytes but reads almost nothing, is already clearly slower than they are; on uniform ids
 # Nsight Compute counts more bytes read from DRAM than the distinct rows hold (rows evicted from L2 between two

@@ -421,7 +421,7 @@ if bench_b1:
 
 # %% [markdown]
 # The difference, a few microseconds, is what a lone launch and cold reads cost (an inference: neither is timed on
-# its own here; `docs/performance.md` measures what the bench's timer adds to a launch sequence).
+# its own here; `docs/experiments.md` measures what the bench's timer adds to a launch sequence).
 #
 # ## 7. Skew against measured time (core)
 #

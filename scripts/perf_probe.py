@@ -18,7 +18,7 @@ For each batch size and id kind, in one GPU run, with the bench's ``GpuTimer`` (
     python scripts/perf_probe.py --out DIR [--batches 1,8,64] [--kinds uniform,zipf,real] [--repeats 20]
 
 Prints one line per measurement (``ok``/``FAIL`` for the checks) and writes DIR/probe.json. Exits 1 if a
-check failed. docs/performance.md quotes its output.
+check failed. docs/experiments.md quotes its output (dated).
 """
 
 from __future__ import annotations
