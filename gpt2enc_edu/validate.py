@@ -315,6 +315,68 @@ def check_buckets(buckets, dims: Dims, method: str, bucketing: str) -> None:
         buckets.require_bucket_rows(f"method={method!r}")
 
 
+def _refuse_rows(name: str, rows: np.ndarray, ok: np.ndarray, why: str) -> None:
+    """ValueError naming the first row of ``buckets.<name>`` where ``ok`` is False, its values, and ``why``."""
+    bad = np.flatnonzero(~ok)
+    if bad.size:
+        row = int(bad[0])
+        raise ValueError(f"buckets.{name}[{row}] = {tuple(int(x) for x in rows[row])}: {why}; build the table with "
+                         "make_buckets(inp, C, dtype, V=V)")
+
+
+def check_table_contents(table, dims: Dims) -> None:
+    """A host ``BucketTable``'s contents lie in range, so the wte kernels (and the mirror) read and write only
+    inside their arrays. One pass over the table's small arrays on the host, no GPU sync; run with or without
+    ``check_ids`` (a ``DeviceBucketTable`` is not read: that would need a sync).
+
+    * every position of ``bt_list`` in ``[0, B*T)``;
+    * every bucket row ``(start, size, ix, c_group)`` and unit ``(ix, chunk, start, size)``: ``ix`` in ``[0, V)``,
+      ``size >= 1`` and ``bt_list[start : start + size]`` inside ``bt_list``; a bucket's ``c_group`` in
+      ``[0, num_c_groups)``, a unit's ``chunk`` below its token's number of chunks;
+    * the units of tokens of more than one chunk come first (a prefix of the list, no longer than
+      ``max_multi_chunk_units(B*T)``, the room the kernels have for their partial sums), and each one's token has
+      all its chunks inside that prefix, from ``chunk`` rows up (where the combine kernel finds them).
+
+    Whether it is the table *of these ids* is ``check_ids``'s part (``encoder_backward`` builds it again).
+    """
+    from .buckets import max_multi_chunk_units
+    from .layout import CHUNK_ITEMS, ceil_div, num_c_groups
+
+    BT = dims.B * dims.T
+    bt_list = table.bt_list
+    if bt_list.size and (int(bt_list.min()) < 0 or int(bt_list.max()) >= BT):
+        bad = int(bt_list.min()) if int(bt_list.min()) < 0 else int(bt_list.max())
+        raise ValueError(f"buckets.bt_list holds position {bad}, outside [0, B*T) = [0, {BT}); build the table "
+                         "with make_buckets(inp, C, dtype, V=V)")
+    columns = {"info": (2, 0, 1), "units": (0, 2, 3)}  # where (ix, start, size) sit in a bucket row and in a unit
+    for name, rows in (("info", table.info), ("units", table.units)):
+        ix_col, start_col, size_col = columns[name]
+        wide = rows.astype(np.int64)
+        ix, start, size = wide[:, ix_col], wide[:, start_col], wide[:, size_col]
+        _refuse_rows(name, rows, (ix >= 0) & (ix < dims.V), f"its token lies outside [0, V) = [0, {dims.V})")
+        _refuse_rows(name, rows, (size >= 1) & (start >= 0) & (start + size <= BT),
+                     f"its positions bt_list[start : start + size] are empty or not within bt_list's {BT} entries")
+    groups = num_c_groups(dims.C, dims.dtype)
+    c_group = table.info[:, 3]
+    _refuse_rows("info", table.info, (c_group >= 0) & (c_group < groups),
+                 f"its channel group lies outside [0, {groups}) (C = {dims.C})")
+    units = table.units.astype(np.int64)
+    chunk, num_chunks = units[:, 1], ceil_div(units[:, 3], CHUNK_ITEMS)
+    _refuse_rows("units", table.units, (chunk >= 0) & (chunk < num_chunks), "its chunk lies outside [0, number of "
+                 f"chunks of its size) (chunks of {CHUNK_ITEMS} items)")
+    multi = num_chunks > 1
+    prefix = int(multi.sum())
+    _refuse_rows("units", table.units, multi[:prefix], "the units of tokens of more than one chunk must come first")
+    if prefix > max_multi_chunk_units(BT):
+        raise ValueError(f"buckets.units has {prefix} units of tokens of more than one chunk, more than B*T = {BT} "
+                         f"positions allow ({max_multi_chunk_units(BT)}); build the table with "
+                         "make_buckets(inp, C, dtype, V=V)")
+    first = np.arange(units.shape[0]) - chunk
+    _refuse_rows("units", table.units, ~multi | ((first >= 0) & (first + num_chunks <= prefix)),
+                 f"its token's chunks would lie outside the first {prefix} units (those of tokens of more than one "
+                 "chunk)")
+
+
 def bucket_args(inp, C, dtype, check_ids: bool = True) -> tuple[int, int, np.dtype]:
     """Validate ``make_buckets``'s arguments; returns (B, T, dtype). ``check_ids=False``: no id is read."""
     backend_of(inp=inp)
