@@ -22,10 +22,23 @@
 # (the runs part after a few steps) and PyTorch's own `nn.Embedding`, with and without
 # `torch.use_deterministic_algorithms(True)`.
 #
-# 0. Setup · 1. The adapter · 2. The model · 3. Two runs, same bits · 4. Atomics part ·
-# 5. PyTorch's `nn.Embedding` · 6. What made the rest deterministic · 7. Exercise
+# **Prerequisites:** notebooks 02 and 03 (atomic against deterministic backward) and 04 (stochastic rounding);
+# PyTorch basics: `nn.Module`, `loss.backward()`, an optimizer step. Notebook 06 helps for section 3.
 #
-# Needs PyTorch. Without it, the cells below say so and skip their work.
+# **After this notebook you can:**
+# 1. use the kernels in a PyTorch model through `gpt2enc_edu.torch.GPT2Embedding`;
+# 2. check a training loop for bitwise reproducibility (loss and weight hashes of two runs) and read from the
+#    figures where two runs part;
+# 3. list what besides the encoder a bitwise-reproducible loss needs (section 6);
+# 4. say why the encoder's time per call here is mostly host work, and what that means for a whole step.
+#
+# **Time:** about 20 minutes for the core sections, 10 more for those marked *(optional)* (`docs/teaching.md`).
+#
+# 0. Setup · 1. The adapter · 2. The model · 3. Two runs, same bits · 4. Atomics part ·
+# 5. PyTorch's `nn.Embedding` · 6. The runs drawn · 7. (optional) Time: the encoder in a step ·
+# 8. What made the rest deterministic · 9. (optional) Exercise
+#
+# Needs PyTorch (the CPU build is enough). Without it, the cells below say so and skip their work.
 
 # %%
 import importlib.util, os, subprocess, sys
@@ -45,7 +58,9 @@ except ImportError:
     torch = None
 
 if torch is None:
-    print("PyTorch is not installed: this notebook needs it (pip install torch). The cells below skip their work.")
+    print("PyTorch is not installed: this notebook needs it. The CPU build is enough:\n"
+          "  pip install torch --index-url https://download.pytorch.org/whl/cpu\n"
+          "(a plain `pip install torch` on Linux downloads the CUDA build, several GB). The cells below skip their work.")
 else:
     from gpt2enc_edu import torch as enc_torch
     from gpt2enc_edu.course import training
@@ -59,7 +74,7 @@ else:
     print(CFG)
 
 # %% [markdown]
-# ## 1. The adapter
+# ## 1. The adapter (core)
 #
 # `gpt2enc_edu.torch.encoder(ids, wte, wpe, method=...)` is an `autograd.Function`; `GPT2Embedding` is the
 # `nn.Module` around it, with parameters `wte` (V, C) and `wpe` (maxT, C). On CUDA tensors it runs the
@@ -103,7 +118,7 @@ else:
           compare.bitwise_equal(as_array(wte.grad), as_array(dwte)) and compare.bitwise_equal(as_array(wpe.grad), as_array(dwpe)))
 
 # %% [markdown]
-# ## 2. The model
+# ## 2. The model (core)
 #
 # `gpt2enc_edu.course.training.TinyGPT`: the encoder, two pre-norm transformer blocks (causal self-attention
 # written as matmuls and a softmax, a GELU MLP), a final LayerNorm and the LM head tied to `wte` (the logits
@@ -124,7 +139,7 @@ else:
 
 
 # %% [markdown]
-# ## 3. Two runs with the deterministic encoder: the same bits
+# ## 3. Two runs with the deterministic encoder: the same bits (core)
 #
 # `train` seeds everything (`torch.manual_seed` for the weights, a separate generator for the encoder's
 # rounding seeds), trains, and hashes the loss of every step and the final weights (SHA-256 of their bytes).
@@ -132,13 +147,10 @@ else:
 
 # %%
 def show(name, a, b):
-    """Hashes of two runs, and the first step where their losses differ."""
-    parts = a.parts_from(b)
-    verdict = "identical" if parts is None and a.weights_hash == b.weights_hash else (
-        f"part at step {parts}" if parts is not None else "same losses, different weights")
+    """Hashes of two runs, and how they compare (identical, where the losses part, or how the weights differ)."""
     print(f"{name:<34} loss hashes {a.loss_hash} {b.loss_hash}  weights {a.weights_hash} {b.weights_hash}")
-    print(f"{'':<34} {verdict}; loss {a.losses[0]:.4f} -> {a.losses[-1]:.4f}; {a.step_ms:.1f} ms/step")
-    return parts is None and a.weights_hash == b.weights_hash
+    print(f"{'':<34} {a.agreement(b)}; loss {a.losses[0]:.4f} -> {a.losses[-1]:.4f}; {a.step_ms:.1f} ms/step")
+    return a.parts_from(b) is None and a.weights_hash == b.weights_hash
 
 
 RUNS = {}
@@ -155,7 +167,23 @@ else:
 # test, passed by a model whose embedding gradient sums thousands of repeated tokens per step (" the", ",",
 # "\n") in an order that never changes.
 #
-# ## 4. Two runs with the atomic encoder backward
+# **The chunked against the bucketed runs.** Notebook 06 calls the two methods two different orders of the fp32
+# sum, so their runs need not agree with each other; the cell compares them:
+
+# %%
+if torch is None:
+    print("skipped: no PyTorch")
+else:
+    print(f"chunked run against bucketed run, {CFG.dtype}: {RUNS['chunked'][0].agreement(RUNS['bucketed'][0])}")
+
+# %% [markdown]
+# Where they agree (in the committed GPU run, with bf16 weights, they do) it is not luck of the hashes: notebook 06,
+# section 4, measured that fp32 sums of bf16 values are almost always exact, so their order does not change them,
+# and that rounded to bf16 the two methods gave the same bits there. Nothing *guarantees* it: with fp32 weights (the
+# CPU configuration) the gradients are not bf16 values, and the two orders may give other last bits. Each method is
+# reproducible on its own; that is the promise.
+#
+# ## 4. Two runs with the atomic encoder backward (core)
 #
 # `method="atomic_bf16"` adds bf16 values with `atomicAdd` directly, as a naive bf16 kernel would: the order
 # of the adds depends on thread scheduling, every add rounds to 8 significant bits, so the sums differ from
@@ -163,7 +191,9 @@ else:
 # rounds to the storage dtype once: its order-dependent last fp32 bits change the result only where a sum
 # lies within that wobble of a rounding boundary. Rounded to bf16 that is rare, and two runs may well agree
 # for many steps; in fp32 storage (the CPU configuration) they part within a few steps. Either way nothing
-# *guarantees* agreement. (On the CPU the mirror draws a random order each call to play the scheduler.)
+# *guarantees* agreement. (On the CPU the mirror draws a random order each call to play the scheduler.) The adapter
+# tells PyTorch that these two methods are nondeterministic, as PyTorch's own atomic operators do, so under
+# `torch.use_deterministic_algorithms(True)` they raise: these runs turn the switch off.
 
 # %%
 if torch is None:
@@ -171,7 +201,8 @@ if torch is None:
 else:
     methods = ("atomic", "atomic_bf16") if CFG.dtype == torch.bfloat16 else ("atomic",)
     for method in methods:
-        RUNS[method] = [training.train(CFG, encoder="ours", method=method, device=DEVICE) for _ in range(2)]
+        RUNS[method] = [training.train(CFG, encoder="ours", method=method, deterministic=False, device=DEVICE)
+                        for _ in range(2)]
         show(f"ours, {method}", *RUNS[method])
 
 # %% [markdown]
@@ -179,7 +210,7 @@ else:
 # changes only the *next* step's weights. From there a difference in the last bit of one weight grows: AdamW
 # normalises updates, and training dynamics amplify small perturbations.
 #
-# ## 5. PyTorch's `nn.Embedding`, with and without `torch.use_deterministic_algorithms(True)`
+# ## 5. PyTorch's `nn.Embedding`, with and without `torch.use_deterministic_algorithms(True)` (core)
 #
 # The same model with `nn.Embedding` for tokens and positions (same initial weights: the same draws in the
 # same order, so step 0's loss is the same as above). The switch changes which CUDA code computes the
@@ -201,14 +232,65 @@ else:
 if torch is None:
     print("skipped: no PyTorch")
 else:
-    print(f"{'encoder':<28} {'ms per step':>11}  {'two runs':<10} {'step 0 loss':>11}")
+    print(f"{'encoder':<34} {'ms per step':>11}  {'two runs':<14} {'step 0 loss':>11}")
     for name, (a, b) in RUNS.items():
         label = f"ours, {name}" if not name.startswith("torch") else name.replace("torch", "nn.Embedding")
         parts = a.parts_from(b)
-        same = "identical" if parts is None and a.weights_hash == b.weights_hash else f"part at {parts}"
-        print(f"{label:<28} {a.step_ms:>11.2f}  {same:<10} {a.losses[0].item():>11.4f}")
+        same = ("identical" if parts is None and a.weights_hash == b.weights_hash
+                else f"part at {parts}" if parts is not None else "weights differ")
+        print(f"{label:<34} {a.step_ms:>11.2f}  {same:<14} {a.losses[0].item():>11.4f}")
 
 # %% [markdown]
+# ## 6. The runs drawn (core)
+#
+# ### Do the encoders train the model alike?
+#
+# The loss of every step, one line per encoder (the first of its two runs). The curves lie on top of each other:
+# the encoders compute the same sums up to rounding, so the model learns the same thing with each.
+
+# %%
+if torch is None:
+    print("skipped: no PyTorch")
+else:
+    import matplotlib.pyplot as plt
+
+    from gpt2enc_edu.course import plots
+
+    names = {name: (f"ours, {name}" if not name.startswith("torch") else name.replace("torch", "nn.Embedding"))
+             for name in RUNS}
+    ax = plots.loss_curves({names[name]: a.losses.numpy() for name, (a, b) in RUNS.items()},
+                           title=f"training loss, {DEVICE.type} configuration")
+    plt.show()
+
+# %% [markdown]
+# *Figure: training loss against step, one line per encoder.*
+#
+# ### Where do two runs of the same encoder part, and how fast does the gap grow?
+#
+# Per step, the absolute difference between the two runs' losses, on a log axis. Identical steps have no place on a
+# log axis: a pair is drawn from the step where it parts, and a pair that never parts is named in the panel.
+
+# %%
+if torch is None:
+    print("skipped: no PyTorch")
+else:
+    ax = plots.loss_gaps({names[name]: a.loss_gaps(b) for name, (a, b) in RUNS.items()},
+                         title="|loss of run 1 - loss of run 2| per step")
+    plt.show()
+    for name, (a, b) in RUNS.items():
+        print(f"{names[name]:<34} {a.agreement(b)}")
+
+# %% [markdown]
+# *Figure: per-step loss difference of the two runs of each encoder (log scale), from the step where they part.*
+#
+# A run that parts does so by one step's gradient: the loss of that step still agrees, the next one's differs by a
+# rounding error. From there the two runs are two different trainings: the gap may stay at a few units in the last
+# place of the loss for a while (a loss rounded to fp32 can even come out equal again) or grow by orders of
+# magnitude (AdamW normalises updates, and training amplifies small perturbations); the figure shows which, for
+# these runs. Steps with equal losses are not drawn.
+#
+# ## 7. (optional) Time: the encoder in a step
+#
 # A whole step of this small model is mostly other work (and, at these sizes, Python and kernel launches).
 # The encoder alone, forward plus backward into `.grad`, timed from the host around synchronised calls (so
 # Python, launches and the id check are included, as a training step pays them). On the GPU at GPT-2 size
@@ -229,7 +311,40 @@ else:
         print(f"{label:<34} {ms:8.3f} ms")
 
 # %% [markdown]
-# ## 6. What made the rest of the model deterministic
+# On a GPU our encoder takes longer here than `nn.Embedding`, although the README and notebook 05 find its
+# kernels several times faster than PyTorch's. Both are true, because they time different things. The benchmark
+# times the **GPU's work** of one call (CUDA events, host overhead hidden); the cell above times the **host**
+# around a whole forward and backward, and for our encoder that is mostly Python: the adapter's `autograd.Function`,
+# the tensors viewed as CuPy arrays, the id range check (which waits for the GPU), the bucket table started on a
+# side stream, the launches through CuPy. `nn.Embedding`'s path is C++ all the way. The GPU times of the same size,
+# from the committed benchmark:
+
+# %%
+from gpt2enc_edu import bench
+from gpt2enc_edu.course import measured
+
+try:
+    bench_rows, bench_meta = bench.load_results(measured.bench_dir())
+except FileNotFoundError as exc:
+    bench_rows, bench_meta = [], {}
+    print(exc)
+gpu_us = {r["case"]: float(r["median_us"]) for r in bench_rows if int(r["B"]) == 8 and r["ids"] == "real"}
+if {"forward", "chunked_gpu", "torch_forward", "torch_backward_det"} <= gpu_us.keys():
+    print(f"GPU time per call, B=8, T=1024, C=768, real ids ({bench_meta.get('device')}, committed bench):")
+    print(f"  {'ours: forward + chunked backward':<42} {gpu_us['forward'] + gpu_us['chunked_gpu']:7.1f} us")
+    print(f"  {'PyTorch: forward + deterministic backward':<42} {gpu_us['torch_forward'] + gpu_us['torch_backward_det']:7.1f} us")
+
+# %% [markdown]
+# So what the encoder changes in a whole step depends on which side waits. Where the host is the bottleneck (a small
+# model like this one, whose GPU work per step is short), the adapter's host time adds to every step, as the
+# ms-per-step column of section 5 shows. Where the GPU is (a real model, whose forward and backward keep the GPU
+# busy for far longer than the host needs to queue them), the host runs ahead, its overhead hides behind the GPU's
+# work, and what the step pays is the kernels' GPU time, where ours are the faster. `check_ids=False` removes the
+# one host wait of the id check, which is what lets the host run ahead; the adapter's remaining Python is the
+# thing to make cheaper.
+
+# %% [markdown]
+# ## 8. What made the rest of the model deterministic (core)
 #
 # A bitwise-reproducible loss needs **every** op to be reproducible, not just the encoder:
 #
@@ -241,13 +356,14 @@ else:
 # * **Attention**: written out (`q @ k.T`, mask, softmax, `@ v`) rather than a fused attention kernel, some of
 #   whose backward passes use atomics.
 # * **Everything else** (LayerNorm, GELU, softmax, cross-entropy, AdamW's elementwise update) reduces in a
-#   fixed order. `torch.use_deterministic_algorithms(True)` (on for our runs) makes PyTorch raise on any op it
-#   knows to be nondeterministic, and it raised nothing. It cannot vouch for our kernels: that is what the
-#   two identical runs above show.
+#   fixed order. `torch.use_deterministic_algorithms(True)` (on for the deterministic runs) makes PyTorch raise on
+#   any op it knows to be nondeterministic, and it raised nothing. For our kernels it knows only what the adapter
+#   declares (the atomic methods raise, section 4); that the chunked and bucketed ones keep their promise is what
+#   the two identical runs above show.
 # * **The same machine**: bits are reproducible on the same GPU model, software and batch size. A different
 #   GPU (another cuBLAS algorithm) or the CPU gives other bits, identical from run to run.
 #
-# ## 7. Exercise
+# ## 9. (optional) Exercise
 #
 # Gradient accumulation: split each batch in two halves and call `backward` on each before the optimizer
 # step. With the adapter, `.grad` is the sum of two fresh gradients (each stochastically rounded in bf16,

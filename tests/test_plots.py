@@ -241,3 +241,18 @@ def test_skew_vs_time_and_sweep_draw_one_line_per_kind_and_the_floor():
     assert labels == ["b", "host", "memory floor"]
     host, floor = fig.axes[0].get_lines()[1:]
     assert host.get_linestyle() == ":" and floor.get_linestyle() == "--" and floor.get_color() == "k"
+
+
+def test_loss_curves_and_gaps_draw_what_they_are_given():
+    rng = np.random.default_rng()
+    losses = 10 - np.cumsum(rng.random(20))
+    ax = plots.loss_curves({"a": losses, "b": losses + 0.1})
+    assert [line.get_label() for line in ax.get_lines()] == ["a", "b"]
+    assert np.array_equal(ax.get_lines()[1].get_ydata(), losses + 0.1)
+    gap = np.zeros(20)
+    gap[7:] = rng.random(13) + 1e-6
+    ax = plots.loss_gaps({"parts": gap, "same": np.zeros(20)})
+    drawn, never = ax.get_lines()
+    assert drawn.get_label() == "parts: parts at step 7" and list(drawn.get_xdata()) == list(range(7, 20))
+    assert never.get_label() == "same: equal losses at every step" and len(never.get_xdata()) == 0
+    assert ax.get_yscale() == "log"

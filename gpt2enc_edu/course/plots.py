@@ -360,3 +360,44 @@ def token_flow(table, token: int | None = None, *, chunk: int = 32, max_chunks: 
                            f"warps -> {n_chunks} partial sums -> one combine"
                            + (f" (first {shown} chunks drawn)" if shown < n_chunks else "")), fontsize=9)
     return ax
+
+
+def loss_curves(curves: Mapping[str, np.ndarray], *, ax=None, title: str | None = None):
+    """One line per run: the training loss against the step (``{label: losses}``)."""
+    ax = axes_or_new(ax, (6.0, 3.2))
+    styles = ("-", "--", ":", "-.")
+    for i, (label, losses) in enumerate(curves.items()):
+        losses = np.asarray(losses, dtype=np.float64)
+        ax.plot(np.arange(len(losses)), losses, styles[i % len(styles)], linewidth=1.2, label=label)
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    if title:
+        ax.set_title(title, fontsize=9)
+    return ax
+
+
+def loss_gaps(gaps: Mapping[str, np.ndarray], *, ax=None, title: str | None = None):
+    """Per step, ``|loss of run 1 - loss of run 2|`` of pairs of runs (``{label: gaps}``), on a log axis. A zero
+    (the same bits) has no place on a log axis: only the steps whose losses differ are drawn, and a pair that
+    never parts is named in the legend with no points."""
+    ax = axes_or_new(ax, (7.0, 3.4))
+    for label, gap in gaps.items():
+        gap = np.asarray(gap, dtype=np.float64)
+        steps = np.flatnonzero(gap > 0)
+        if steps.size:
+            ax.plot(steps, gap[steps], marker="o", markersize=3, linewidth=1,
+                    label=f"{label}: parts at step {steps[0]}")
+        else:
+            ax.plot([], [], " ", label=f"{label}: equal losses at every step")
+    if any(np.any(np.asarray(g) > 0) for g in gaps.values()):
+        ax.set_yscale("log")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.set_xlim(-0.5, max((len(g) for g in gaps.values()), default=1) - 0.5)
+    ax.set_xlabel("step")
+    ax.set_ylabel("|loss run 1 - loss run 2| (log)")
+    ax.grid(alpha=0.3, which="both")
+    if title:
+        ax.set_title(title, fontsize=9)
+    return ax

@@ -154,17 +154,47 @@ def digest(*tensors: torch.Tensor) -> str:
 
 @dataclass
 class Run:
-    """One training run: the loss of every step, hashes of the losses and of the final weights, and time."""
+    """One training run: the loss of every step, hashes of the losses and of the final weights, the final
+    weights themselves (detached copies on the CPU, in their dtype), and time."""
 
     losses: torch.Tensor  #: float32, one per step
     loss_hash: str
     weights_hash: str
     step_ms: float  #: median time of one training step, in milliseconds
+    weights: tuple[torch.Tensor, ...] = ()  #: the final parameters, in the model's order
 
     def parts_from(self, other: Run) -> int | None:
         """The first step whose loss differs in its bits from ``other``'s, or ``None`` when all agree."""
         same = (self.losses.view(torch.int32) == other.losses.view(torch.int32)).tolist()
         return next((step for step, ok in enumerate(same) if not ok), None)
+
+    def loss_gaps(self, other: Run) -> np.ndarray:
+        """``|loss - other's loss|`` of every step, float64 (0 where the bits agree)."""
+        return np.abs(self.losses.double().numpy() - other.losses.double().numpy())
+
+    def weights_differ(self, other: Run) -> tuple[int, int, float]:
+        """(values whose bits differ, values in all, the largest absolute difference) of the final weights."""
+        if len(self.weights) != len(other.weights) or not self.weights:
+            raise ValueError("both runs must hold their final weights, of the same model")
+        differ, total, largest = 0, 0, 0.0
+        for a, b in zip(self.weights, other.weights):
+            bits = torch.int16 if a.dtype in (torch.bfloat16, torch.float16) else torch.int32
+            differ += int((a.view(bits) != b.view(bits)).sum())
+            total += a.numel()
+            largest = max(largest, float((a.float() - b.float()).abs().max()))
+        return differ, total, largest
+
+    def agreement(self, other: Run) -> str:
+        """One sentence on how two runs compare: identical, where their losses part, or how their weights differ
+        when every loss agrees."""
+        parts = self.parts_from(other)
+        if parts is not None:
+            return f"the losses part at step {parts} (of {len(self.losses)})"
+        if self.weights_hash == other.weights_hash:
+            return f"identical: the losses of all {len(self.losses)} steps and every bit of the final weights"
+        differ, total, largest = self.weights_differ(other)
+        return (f"the losses agree for all {len(self.losses)} steps, the final weights differ in {differ:,} of "
+                f"{total:,} values, by at most {largest:.1e}")
 
 
 def _sync(device: torch.device) -> None:
@@ -206,7 +236,8 @@ def train(cfg: Config, *, encoder: str = "ours", method: str = DEFAULT_METHOD, d
             times.append(time.perf_counter() - start)
             losses.append(loss.detach())
     losses = torch.stack(losses).float().cpu()
-    return Run(losses, digest(losses), digest(*model.parameters()), 1e3 * float(np.median(times[1:] or times)))
+    weights = tuple(w.detach().cpu().clone() for w in model.parameters())
+    return Run(losses, digest(losses), digest(*weights), 1e3 * float(np.median(times[1:] or times)), weights)
 
 
 #: The encoders ``time_encoders`` times: (label, encoder, method, check_ids, deterministic algorithms): ours with
@@ -215,7 +246,8 @@ def train(cfg: Config, *, encoder: str = "ours", method: str = DEFAULT_METHOD, d
 ENCODER_VARIANTS = [
     (f"ours, {DEFAULT_METHOD}", "ours", DEFAULT_METHOD, True, True),
     (f"ours, {DEFAULT_METHOD}, check_ids=False", "ours", DEFAULT_METHOD, False, True),
-    *((f"ours, {name}", "ours", name, True, True) for name in METHODS if name != DEFAULT_METHOD),
+    # a nondeterministic method raises under torch.use_deterministic_algorithms(True): timed with it off
+    *((f"ours, {name}", "ours", name, True, METHODS[name].deterministic) for name in METHODS if name != DEFAULT_METHOD),
     ("nn.Embedding, deterministic", "torch", None, True, True),
     ("nn.Embedding, not deterministic", "torch", None, True, False),
 ]
