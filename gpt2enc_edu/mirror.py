@@ -39,7 +39,7 @@ import numpy as np
 from .buckets import BucketTable
 from .layout import (
     CHUNK_ITEMS,
-    SMALL_BACKWARD_MAX_BT,
+    SMALL_POS_BITS,
     WARP_SIZE,
     WTE_WARPS,
     c_per_group,
@@ -301,7 +301,7 @@ def encoder_backward_small(dwte, dwpe, dout, inp, B: int, T: int, C: int, seed: 
     sums; phase 5 is the wpe kernel's sum, and its mirror does it.
     """
     check_small_backward_batch(B, T)
-    pos_bits = SMALL_BACKWARD_MAX_BT.bit_length() - 1  # the key's low bits hold any position
+    pos_bits = SMALL_POS_BITS  # the key's low bits hold any position
     # 1. The positions sorted by token id (bt ascending inside a token: bt is the key's low bits).
     key = np.sort((inp.reshape(-1).astype(np.int64) << pos_bits) | np.arange(B * T))
     token, bt = key >> pos_bits, key & ((1 << pos_bits) - 1)

@@ -55,6 +55,11 @@ def _index(rows) -> dict:
     return {(r["case"], r["ids"], r["B"]): r for r in rows}
 
 
+def _pct(pct: float) -> str:
+    """A share of the floor in whole percent; ``<1`` below half a percent (the host's rows), as the report writes."""
+    return "<1" if pct < 0.5 else f"{pct:.0f}"
+
+
 def _cell(by_key: dict, case: str, kinds, B: int, *, pct: bool) -> str:
     """``t_u / t_z / t_r`` in µs, then ``(p_u / p_z / p_r%)`` of the floor where asked and known; ``-`` where
     nothing was measured."""
@@ -63,7 +68,7 @@ def _cell(by_key: dict, case: str, kinds, B: int, *, pct: bool) -> str:
         return "-"
     text = " / ".join("-" if r is None else format_us(r["median_us"]) for r in found)
     if pct and all(r is not None and r["pct_of_floor"] is not None for r in found):
-        text += " (" + " / ".join(f"{r['pct_of_floor']:.0f}" for r in found) + "%)"
+        text += " (" + " / ".join(_pct(r["pct_of_floor"]) for r in found) + "%)"
     return text
 
 
