@@ -307,9 +307,9 @@ for per_block in (0, 2):
 # until every thread of the block has arrived (a thread that uses it is a Python generator). Every thread
 # must reach it, as CUDA C++ asks of `__syncthreads()` (only in code that the whole block reaches): the
 # emulator reports a thread that returns while the others wait. On a GPU that is outside CUDA C++'s rules;
-# the hardware lets an exited thread release the barrier (section 7 says more), so what typically goes
-# wrong is not a hang but a read of a value that was never written. Between barriers the threads run in a
-# random order, so reading another thread's write without the barrier shows too.
+# the hardware lets an exited thread release the barrier (section 7 says more), so it does not hang, but a
+# thread that left before writing what the others read leaves them reading a value never written. Between
+# barriers the threads run in a random order, so reading another thread's write without the barrier shows too.
 #
 # Arguments: `bucket_info` is the table's `info` flattened (4 ints per bucket: start, size, token,
 # channel group), `num_buckets` a 1-element array, one block of `WTE_BLOCK_SIZE = 256` threads per bucket.
