@@ -27,7 +27,7 @@
 # 1. write the atomic backward as a Python function of one thread (the build-it checks it);
 # 2. show with three numbers that fp32 addition is not associative, and say why two adds into zero
 #    agree in any order but three may not (Exercise 2 checks it);
-# 3. say why a row's bits change from run to run with atomics, and why the GPU's `dwpe` did not here;
+# 3. say why a row's bits change from run to run with atomics, and why the GPU's `dwpe` did not change here;
 # 4. say why bf16 atomics lose small updates that fp32 accumulation keeps.
 #
 # **Time:** about 25 minutes for the core sections; the sections marked *(optional)* add about 10, and
