@@ -1,0 +1,47 @@
+"""course.training's run comparison (notebook 07): the sentence says what differs, never "part at None"."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gpt2enc_edu.course import training  # noqa: E402 (after the skip: it imports torch)
+
+
+def _run(losses, weights):
+    losses = torch.tensor(losses, dtype=torch.float32)
+    return training.Run(losses, training.digest(losses), training.digest(*weights), 1.0, tuple(weights))
+
+
+def test_identical_runs():
+    w = (torch.randn(5, 3), torch.randn(4).to(torch.bfloat16))
+    a, b = _run([3.0, 2.0, 1.0], w), _run([3.0, 2.0, 1.0], tuple(t.clone() for t in w))
+    assert a.parts_from(b) is None
+    assert a.agreement(b) == "identical: the losses of all 3 steps and every bit of the final weights"
+    assert a.loss_gaps(b).tolist() == [0.0, 0.0, 0.0]
+
+
+def test_same_losses_different_weights_says_how_the_weights_differ():
+    w = torch.randn(10)
+    moved = w.clone()
+    moved[[2, 7]] += torch.tensor([0.5, -0.25])
+    a, b = _run([3.0, 2.0], (w,)), _run([3.0, 2.0], (moved,))
+    assert a.parts_from(b) is None
+    sentence = a.agreement(b)
+    assert sentence.startswith("the losses agree for all 2 steps, the final weights differ in 2 of 10 values")
+    assert sentence.endswith(f"by at most {float((moved - w).abs().max()):.1e}")
+
+
+def test_losses_that_part_name_the_step():
+    w = (torch.randn(3),)
+    a, b = _run([3.0, 2.0, 1.0], w), _run([3.0, 2.0, 1.5], w)
+    assert a.parts_from(b) == 2
+    assert a.agreement(b) == "the losses part at step 2 (of 3)"
+    assert a.loss_gaps(b).tolist() == [0.0, 0.0, 0.5]
+
+
+def test_weights_of_another_model_are_refused():
+    a, b = _run([1.0], (torch.randn(3),)), _run([1.0], (torch.randn(3), torch.randn(2)))
+    with pytest.raises(ValueError, match="same model"):
+        a.weights_differ(b)
