@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpt2enc_edu import compare, methods
+from gpt2enc_edu import methods
 from gpt2enc_edu.problems import random_problem
 from gpt2enc_edu.rounding import bfloat16
 

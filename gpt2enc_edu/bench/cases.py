@@ -15,7 +15,12 @@ real GPT-2 text):
   where the time of a whole call goes;
 * ``torch``, when ``import torch`` works and it sees the GPU: ``F.embedding`` + the position add, and the
   embedding backward (``embedding_dense_backward`` + the dwpe sum) with deterministic algorithms off and on;
-* ``host``: building the bucket table alone (``make_buckets``, NumPy), with ``time.perf_counter``.
+* ``host``: building the bucket table alone (``make_buckets``, NumPy), with ``time.perf_counter``;
+* ``step``, with PyTorch as for ``torch``: a training step of the encoder as the host sees it, forward and backward
+  into fresh gradients, timed with ``time.perf_counter`` around a call that starts and ends with the GPU idle
+  (``timer.time_synchronised``): through ``gpt2enc_edu.torch.GPT2Embedding`` eagerly (``adapter_step``) and as
+  a replay of a CUDA graph of it (``adapter_step_graph``), and through ``nn.Embedding`` + wpe with deterministic
+  algorithms off and on (``torch_step``, ``torch_step_det``).
 """
 
 from __future__ import annotations
@@ -37,7 +42,9 @@ from ..validate import check_ids_in_range
 T_GPT2 = 1024  #: sequence length of GPT-2 (124M)
 C_GPT2 = 768  #: channels of GPT-2 (124M)
 ID_KINDS = KINDS  #: ("uniform", "zipf", "real")
-FAMILIES = ("ours", "piece", "torch", "host")
+FAMILIES = ("ours", "piece", "torch", "host", "step")
+#: The families that need PyTorch with CUDA (left out of a run without it).
+TORCH_FAMILIES = ("torch", "step")
 
 
 @dataclass(frozen=True)
@@ -264,6 +271,62 @@ def case_torch_backward_det(w: Workload) -> Timed:
     return _torch_backward(w, deterministic=True)
 
 
+# ---------------------------------------------------------------------------------------------- training steps
+def _step(w: Workload, forward=None, deterministic: bool = False):
+    """(one step: fresh gradients, forward, backward; the leaves; a teardown): through ``forward(ids, wte, wpe)``,
+    or ``GPT2Embedding`` where None, with leaf parameters over the run's weights (no copy)."""
+    t = w.need_torch()
+    torch, nn = t.torch, t.torch.nn
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    torch.use_deterministic_algorithms(deterministic)
+    wte, wpe = nn.Parameter(t.wte), nn.Parameter(t.wpe)
+    if forward is None:
+        from ..torch import GPT2Embedding  # imports torch: only for these cases
+
+        module = GPT2Embedding(w.V, w.T, w.C, dtype=torch.bfloat16, device=t.wte.device)
+        module.wte, module.wpe = wte, wpe
+        forward = lambda ids, wte, wpe: module(ids)  # noqa: E731
+
+    def call():
+        wte.grad = wpe.grad = None
+        forward(t.ids, wte, wpe).backward(t.dout)
+
+    return call, (wte, wpe), lambda: torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
+def case_adapter_step(w: Workload) -> Timed:
+    """``GPT2Embedding`` forward + backward on int64 ids, its default options (the ids checked on the device)."""
+    call, _, restore = _step(w)
+    return Timed(call, w.need_torch().stream, teardown=restore)
+
+
+def case_adapter_step_graph(w: Workload) -> Timed:
+    """The same step captured once in a CUDA graph (``torch.cuda.graph``, warm-up on a side stream) and replayed."""
+    torch = w.need_torch().torch
+    call, leaves, restore = _step(w)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call(), call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    return Timed(graph.replay, w.need_torch().stream, teardown=lambda: (graph.reset(), restore()))
+
+
+def case_torch_step(w: Workload, deterministic: bool = False) -> Timed:
+    """``F.embedding`` (``nn.Embedding``'s function) + wpe, forward + backward, deterministic algorithms off."""
+    t = w.need_torch()
+    call, _, restore = _step(w, lambda ids, wte, wpe: t.F.embedding(ids, wte) + wpe[: w.T], deterministic)
+    return Timed(call, t.stream, teardown=restore)
+
+
+def case_torch_step_det(w: Workload) -> Timed:
+    """The same with ``torch.use_deterministic_algorithms(True)``."""
+    return case_torch_step(w, deterministic=True)
+
+
 #: Everything the benchmark times, in report order.
 CASES = (
     Case("forward", "forward", "ours", "forward", case_forward),
@@ -280,6 +343,12 @@ CASES = (
     Case("torch_backward", "PyTorch embedding backward + dwpe sum", "torch", "backward", case_torch_backward),
     Case("torch_backward_det", "PyTorch embedding backward + dwpe sum, deterministic", "torch", "backward",
          case_torch_backward_det),
+    Case("adapter_step", "step: GPT2Embedding forward + backward (host-timed)", "step", None, case_adapter_step),
+    Case("adapter_step_graph", "step: GPT2Embedding as a CUDA-graph replay (host-timed)", "step", None,
+         case_adapter_step_graph),
+    Case("torch_step", "step: nn.Embedding + wpe forward + backward (host-timed)", "step", None, case_torch_step),
+    Case("torch_step_det", "step: nn.Embedding + wpe, deterministic (host-timed)", "step", None,
+         case_torch_step_det),
     Case("make_buckets", "make_buckets alone (NumPy, host)", "host", None, None),
     Case("forward_kernel", "forward kernel alone", "piece", "forward", case_forward_kernel),
     Case("wpe_kernel", "wpe kernel alone", "piece", "backward_wpe", case_wpe_kernel),

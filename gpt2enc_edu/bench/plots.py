@@ -12,11 +12,12 @@ from pathlib import Path
 from .cases import CASES, CASES_BY_NAME, ID_KINDS, PIECE_FALLBACK, piece_value
 from .floor import OPS, copy_rate_of
 
-#: Line style per family: ours solid, PyTorch dashed, the host-only bucketing dotted, single kernels dash-dotted.
-_FAMILY_STYLE = {"ours": "-", "torch": "--", "host": ":", "piece": "-."}
+#: Line style per family: ours solid, PyTorch dashed, the host-only bucketing and the host-timed steps dotted, single
+#: kernels dash-dotted.
+_FAMILY_STYLE = {"ours": "-", "torch": "--", "host": ":", "piece": "-.", "step": ":"}
 _COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink",
            "tab:olive", "tab:gray", "tab:cyan", "darkgoldenrod", "navy", "crimson", "teal", "indigo", "lime",
-           "salmon", "black")
+           "salmon", "black", "gold", "darkgreen", "magenta", "sienna")
 CASE_COLORS = {case.name: _COLORS[i % len(_COLORS)] for i, case in enumerate(CASES)}
 
 TIME_PNG = "time_vs_B.png"

@@ -25,10 +25,10 @@ from ..problems import random_problem
 from ..rounding import bfloat16
 from ..tokens import GPT2_VOCAB_SIZE, make_ids
 from ..validate import check_int
-from .cases import C_GPT2, CASE_NAMES, CASES_BY_NAME, ID_KINDS, T_GPT2, Case, TorchSide, Workload
+from .cases import C_GPT2, CASE_NAMES, CASES_BY_NAME, ID_KINDS, T_GPT2, TORCH_FAMILIES, Case, TorchSide, Workload
 from .floor import distinct_ids
 from .report import Results, make_row
-from .timer import COPY_BYTES, GpuTimer, Summary, measure_copy_rate, summarize, time_make_buckets
+from .timer import COPY_BYTES, GpuTimer, Summary, measure_copy_rate, summarize, time_make_buckets, time_synchronised
 
 BATCH_SIZES = (1, 4, 8, 16, 32, 64)
 QUICK_BATCH_SIZES = (1, 64)
@@ -184,12 +184,18 @@ def time_case(s: Session, config: BenchConfig, case: Case, w: Workload) -> dict:
     s.cp.cuda.runtime.deviceSynchronize()
     timed = case.setup(w)
     try:
-        samples, gap = s.timer.time(timed.fn, timed.stream, warmup=config.warmup, repeats=config.repeats,
-                                    host_sync=case.host_sync)
+        if case.family == "step":  # host-timed around synchronised calls: no GPU timer, no L2 flush
+            samples = time_synchronised(timed.fn, s.cp.cuda.runtime.deviceSynchronize, warmup=config.warmup,
+                                        repeats=config.repeats)
+        else:
+            samples, gap = s.timer.time(timed.fn, timed.stream, warmup=config.warmup, repeats=config.repeats,
+                                        host_sync=case.host_sync)
     finally:
         if timed.teardown is not None:
             timed.teardown()
     s.cp.cuda.runtime.deviceSynchronize()
+    if case.family == "step":
+        return make_row(case, seconds=summarize(samples), timer="perf_counter", host_gap_frac=None, **common)
     return make_row(case, seconds=summarize(samples), timer="cuda-events", host_gap_frac=gap, **common)
 
 
@@ -247,10 +253,10 @@ def run_benchmark(config: BenchConfig = BenchConfig(), *, progress: bool = True,
 
     started = time.perf_counter()
     cases = [CASES_BY_NAME[name] for name in config.cases]
-    want_torch = config.use_torch and any(c.family == "torch" for c in cases)
+    want_torch = config.use_torch and any(c.family in TORCH_FAMILIES for c in cases)
     torch, torch_note = torch_status(want_torch) if want_torch else (None, "not requested")
     if torch is None:
-        cases = [c for c in cases if c.family != "torch"]
+        cases = [c for c in cases if c.family not in TORCH_FAMILIES]
     session = start_session(cp, config, torch, torch_note)
 
     rows, failures = [], []

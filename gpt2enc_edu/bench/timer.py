@@ -136,3 +136,20 @@ def time_make_buckets(inp_host: np.ndarray, C: int = 768, dtype=bfloat16, *, war
         make_buckets(inp_host, C, dtype)
         samples.append(time.perf_counter() - start)
     return samples
+
+
+def time_synchronised(fn, synchronize, *, warmup: int, repeats: int) -> list[float]:
+    """Seconds per call of ``fn`` by ``time.perf_counter``, each call between two ``synchronize()`` calls: the GPU is
+    idle when it starts and done when the clock stops, so the time is the host's work and the GPU's together, as a
+    training loop sees a step (the bench's ``step`` cases)."""
+    repeats = check_int("repeats", repeats, minimum=1)
+    for _ in range(check_int("warmup", warmup, minimum=0)):
+        fn()
+    synchronize()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        synchronize()
+        samples.append(time.perf_counter() - start)
+    return samples
