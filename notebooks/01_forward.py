@@ -299,8 +299,9 @@ for name, p in problems.items():
 #
 # What follows from the same arithmetic (one fp32 add, one rounding to nearest): on the same inputs the
 # outputs are **bitwise equal** to llm.c's, as a comparison on an H200 found (B = 64, uniform and Zipf ids,
-# llm.c commit `f1e2ace6`). How fast llm.c's kernel is, this course does not state: it keeps no recorded
-# run of llm.c to read such a number from. Section 7 measures version 2, the same thread map and packs.
+# llm.c commit `f1e2ace6`). The notebooks show no llm.c timings: no recorded llm.c run is kept for a cell to
+# read them from (`docs/experiments.md`, "Against llm.c", describes the comparisons made and when). Section 7
+# measures version 2, llm.c's thread map and packs.
 # llm.c's forward needs only the ids on the GPU; its backward also takes them on the host (notebook 03).
 #
 # ## 7. (optional) Three versions, measured

@@ -503,10 +503,10 @@ print("shuffled bucket order, same dwte bits:", compare.bitwise_equal(on.dwte, r
 # the warps combined in the same order), gives `dwpe` and `dwte` that differ from llm.c's **only through the
 # rounding keys**: each element is one of the two stochastic-rounding neighbours of the same fp32 sum, so
 # the two are at most 1 bf16 ULP apart. (`method="chunked"`, notebook 06, adds in another order, so its fp32
-# sums may differ from llm.c's in the last bits as well.) How long llm.c takes, this course does not state:
-# it keeps no recorded llm.c run to read such numbers from. Most of llm.c's backward time is its host
-# bucketing (the hash map over B·T·(C/256) entries, a sort, two copies), the step that notebook 06 moves to
-# the GPU.
+# sums may differ from llm.c's in the last bits as well.) The notebooks show no llm.c timings: no recorded
+# llm.c run is kept for a cell to read them from (`docs/experiments.md`, "Against llm.c", describes the
+# comparisons made and when). Most of llm.c's backward time is its host bucketing (the hash map over
+# B·T·(C/256) entries, a sort, two copies), the step that notebook 06 moves to the GPU.
 #
 # ## 8. Exercise 3: read the bucket table (core)
 #

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gpt2enc_edu.course import perthread, reveal, skeletons
@@ -50,3 +52,18 @@ def test_unknown_name_is_refused(shown):
     with pytest.raises(ValueError, match="'wpe'"):
         reveal.kernel("wpee", unlocked=True)
     assert shown == []
+
+
+# --- the notebooks open the answers only through reveal --------------------------------------------------------
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.py"))
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebooks_show_build_it_answers_only_through_reveal(notebook):
+    """No cell prints a build-it's per-thread form or kernel file beside the exercise (the stored outputs would)."""
+    text = notebook.read_text()
+    for name, function in reveal.PER_THREAD.items():
+        assert f"getsource(perthread.{function.__name__})" not in text, (name, "per-thread form shown")
+        assert f"kernel_source('{skeletons.KERNEL_EXERCISES[name].file}')" not in text, (name, "kernel file shown")
+        assert f'kernel_source("{skeletons.KERNEL_EXERCISES[name].file}")' not in text, (name, "kernel file shown")
