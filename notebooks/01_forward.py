@@ -32,7 +32,7 @@
 # 3. say why the kernel moves 128 bits at a time, and which two rules on its inputs that costs;
 # 4. check a result against a float64 reference within one rounding.
 #
-# **Time:** about 30 minutes for the core sections; the sections marked *(optional)* add about 15, and
+# **Time:** about 25 minutes for the core sections; the sections marked *(optional)* add about 15, and
 # the CUDA build-it at the end (with a GPU) about 20.
 #
 # 0. Setup · 1. What the encoder computes · 2. Which thread computes what · 3. Why 128-bit packs ·

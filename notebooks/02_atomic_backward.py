@@ -30,7 +30,7 @@
 # 3. say why a row's bits change from run to run with atomics, and why the GPU's `dwpe` did not change here;
 # 4. say why bf16 atomics lose small updates that fp32 accumulation keeps.
 #
-# **Time:** about 25 minutes for the core sections; the sections marked *(optional)* add about 10, and
+# **Time:** about 20 minutes for the core sections; the sections marked *(optional)* add about 15, and
 # the CUDA build-it at the end (with a GPU) about 15.
 #
 # 0. Setup · 1. Backward is a scatter-add · 2. Why atomics · 3. Float addition is not associative ·

@@ -33,7 +33,7 @@
 # 3. say why the table is sorted largest first, and what sets the kernel's time when one token is frequent;
 # 4. say why the result is the same on every run, in any bucket order and on both backends.
 #
-# **Time:** about 35 minutes for the core sections; the sections marked *(optional)* add about 15, and
+# **Time:** about 30 minutes for the core sections; the sections marked *(optional)* add about 20, and
 # the two CUDA build-its at the end (with a GPU) about 30.
 #
 # 0. Setup · 1. One owner per element · 2. The bucket table, step by step · 3. Bucket sizes in practice ·

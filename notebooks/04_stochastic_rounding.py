@@ -30,7 +30,7 @@
 #    checks it);
 # 3. say why the kernels key the noise by element, tensor and seed, and what a fixed seed would do.
 #
-# **Time:** about 20 minutes for the core sections; the sections marked *(optional)* add about 10.
+# **Time:** about 15 minutes for the core sections; the sections marked *(optional)* add about 10.
 #
 # 0. Setup · 1. bf16 drops small updates · 2. Drift: many small additions · 3. SquirrelNoise5 ·
 # 4. The 16-bit threshold trick · 5. Why key the noise by element and seed · 6. llm.c does it this way ·
