@@ -130,8 +130,9 @@ def test_compile_fullgraph_of_the_function_in_a_model(tt, rng):
         loss = fn(ids, wte, wpe)
         loss.backward()
         results.append((loss.detach(), wte.grad.clone(), wpe.grad.clone()))
-    torch.testing.assert_close(results[0], results[1], rtol=1e-5, atol=1e-6)  # inductor fuses the head's math
-    assert torch.equal(results[0][2], results[1][2])  # wpe's gradient is the encoder's alone: the same bits
+    # inductor fuses the head's math (another fp32 order), so dout, and with it every gradient, may differ in the last
+    # bits; the encoder's own bits under compile are the test above
+    torch.testing.assert_close(results[0], results[1], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.gpu
