@@ -89,7 +89,8 @@ def encoder_forward(inp, wte, wpe, *, out=None, check_ids: bool = True):
     wte : (V, C) token embedding, ``ml_dtypes.bfloat16`` or ``float32``.
     wpe : (maxT, C) position embedding, same dtype, ``maxT >= T``.
     out : optional (B, T, C) array of that dtype to write into; allocated when omitted.
-    check_ids : verify ``0 <= inp < V`` first (a reduction and, on the GPU, a sync).
+    check_ids : verify ``0 <= inp < V`` first (a reduction and, on the GPU, a sync). With ``False`` the GPU reads
+        whatever row an id gives (undefined behaviour, as in llm.c); the NumPy mirror refuses such ids anyway.
 
     Returns ``out``. NumPy arguments run the NumPy mirror, CuPy arguments the CUDA kernel; the result is
     the same bits either way (fp32 add, rounded to nearest).
@@ -177,14 +178,16 @@ def encoder_backward(dwte, dwpe, dout, inp, *positional, seed=validate.SEED_REQU
         adapter does so on a side stream). Same bits as a call that builds the table itself.
     check_ids : verify ``0 <= inp < V`` first (on the GPU: a reduction and a sync), and that ``buckets`` is the
         table of these ids (by building it again and comparing: a check, not for a training loop). With
-        ``False``, out-of-range ids are undefined behaviour, as in llm.c, and a table of other ids gives wrong
-        gradients.
+        ``False``, out-of-range ids are undefined behaviour on the GPU, as in llm.c (the NumPy mirror refuses
+        them anyway), and a table of other ids gives wrong gradients. A host ``buckets`` table's contents are
+        range-checked either way (docs/reliability.md).
 
     The old contents of ``dwte``/``dwpe`` are added to, so gradient accumulation over calls works; in bf16
     the atomic methods round to nearest, so an update below half an ulp of the old value is lost on every
     call (the accumulation stalls), while the deterministic methods' stochastic rounding keeps it on average.
     Deterministic methods give bitwise reproducible results, identical on both backends. Calls from several
-    threads that write the same memory run one after another; see ``docs/reliability.md``.
+    threads that write the same memory run one after another; on NumPy arrays a call writes both outputs or
+    neither, whatever interrupts it; see ``docs/reliability.md``.
     """
     validate.check_seed_given("encoder_backward", seed, positional)
     with _held({"dwte": dwte, "dwpe": dwpe, "dout": dout, "inp": inp}, written=("dwte", "dwpe")):

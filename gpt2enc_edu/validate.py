@@ -20,7 +20,9 @@ Decisions worth knowing (docs/api.md lists the refusals too):
 * outputs must be writable (a read-only NumPy array is refused up front, not half-way through a call)
   and, for CuPy, every array must live on the current device (the kernels launch there);
 * checking that ids lie in ``[0, V)`` reads them: on the GPU this is one small reduction and a sync.
-  ``check_ids=False`` skips it (for benchmarks); out-of-range ids then corrupt memory, as in llm.c.
+  ``check_ids=False`` skips it (for benchmarks); out-of-range ids then corrupt memory on the GPU, as in llm.c
+  (the NumPy mirror refuses them anyway). A host bucket table's contents are range-checked either way
+  (``check_table_contents``).
 """
 
 from __future__ import annotations
