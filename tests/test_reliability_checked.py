@@ -19,6 +19,7 @@ import pytest
 
 import gpt2enc_edu as enc
 from gpt2enc_edu import compare, memory, validate
+from gpt2enc_edu.backend import to_numpy
 from gpt2enc_edu.problems import random_problem
 from gpt2enc_edu.rounding import bfloat16
 
@@ -57,35 +58,36 @@ def parked(function, **kwargs) -> Call:
 
 
 @pytest.mark.parametrize("method", validate.METHODS)
-def test_ids_written_while_the_call_waits_are_checked(rng, method):
+def test_ids_written_while_the_call_waits_are_checked(xp, rng, method):
     """The red team's case: the ids are the bytes of a forward's ``out``, written while the backward waits.
 
     The ids were zeros (valid) when the call started; the "forward" writes -3 into them before it lets go. The
     call must check the ids it runs on: a ValueError naming inp, and row V-3 (where -3 would wrap) untouched.
     """
     p = random_problem(B, T, C, V, T, dtype=BF16 if method == "atomic_bf16" else np.float32, rng=rng)
-    forward_out = np.zeros((B, T, C), dtype=np.float32)
+    forward_out = xp.zeros((B, T, C), dtype=np.float32)
     ids = forward_out.reshape(-1).view(np.int32)[: B * T].reshape(B, T)  # the red team's aliasing
-    dwte, dwpe = p.dwte.copy(), p.dwpe.copy()
+    dwte, dwpe = xp.asarray(p.dwte), xp.asarray(p.dwpe)
     with memory.SPAN_LOCK.hold(writes=(forward_out,)):
-        call = parked(enc.encoder_backward, dwte=dwte, dwpe=dwpe, dout=p.dout, inp=ids, seed=1, method=method)
-        ids[0, 1] = -3  # the forward writes while the backward waits
+        call = parked(enc.encoder_backward, dwte=dwte, dwpe=dwpe, dout=xp.asarray(p.dout), inp=ids, seed=1,
+                      method=method)
+        ids[0, 1] = -3  # the forward writes while the backward waits (on the GPU: on the same, default stream)
     call.join(timeout=30)
     assert isinstance(call.error, ValueError) and "inp" in str(call.error) and "-3" in str(call.error), call.error
-    assert compare.bitwise_equal(dwte, p.dwte) and compare.bitwise_equal(dwpe, p.dwpe)
+    assert compare.bitwise_equal(to_numpy(dwte), p.dwte) and compare.bitwise_equal(to_numpy(dwpe), p.dwpe)
 
 
-def test_forward_ids_written_while_the_call_waits_are_checked(rng):
+def test_forward_ids_written_while_the_call_waits_are_checked(xp, rng):
     """The same for the forward: an id of V written while it waits is refused; ``out`` keeps its bits."""
     p = random_problem(B, T, C, V, T, dtype=np.float32, rng=rng)
-    ids = p.inp.copy()
-    out = np.full((B, T, C), np.nan, dtype=np.float32)
+    ids = xp.asarray(p.inp)
+    out = xp.full((B, T, C), np.nan, dtype=np.float32)
     with memory.SPAN_LOCK.hold(writes=(ids,)):
-        call = parked(enc.encoder_forward, inp=ids, wte=p.wte, wpe=p.wpe, out=out)
+        call = parked(enc.encoder_forward, inp=ids, wte=xp.asarray(p.wte), wpe=xp.asarray(p.wpe), out=out)
         ids[1, 2] = V
     call.join(timeout=30)
     assert isinstance(call.error, ValueError) and f"token id {V}" in str(call.error), call.error
-    assert np.isnan(out).all()
+    assert np.isnan(to_numpy(out)).all()
 
 
 @pytest.mark.parametrize("flipped", ["dwte", "dwpe"])
