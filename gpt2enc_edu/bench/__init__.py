@@ -4,6 +4,8 @@
 
 Modules, each one concern (arrows point down the list; none imports the package's ``__init__``):
 
+* ``perfdoc`` -- the tables of ``docs/performance.md`` (between markers), from a finished run
+  (``python -m gpt2enc_edu.bench.perfdoc``);
 * ``cli`` -- the command line (``main``);
 * ``run`` -- ``BenchConfig``, ``run_benchmark``: the loop over (id kind, B) x cases, the run's metadata;
 * ``report`` -- result rows, ``results.csv``, ``meta.json``, writing and loading a results folder;
