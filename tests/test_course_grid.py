@@ -53,16 +53,136 @@ def test_shared_memory_is_per_block_and_the_barrier_orders_it():
         assert out.tolist() == [b * 1000 + 63 - t for b in range(2) for t in range(64)]
 
 
-def test_reading_another_threads_write_without_a_barrier_is_caught_by_the_random_order():
+def test_reading_another_threads_write_without_a_barrier_is_a_race_naming_both_threads():
     out = np.zeros(64, dtype=np.float32)
 
     def racy(cuda, out):
         tile = cuda.shared_array("tile", 64, np.float32)
         tile[cuda.threadIdx.x] = cuda.threadIdx.x
-        out[cuda.threadIdx.x] = tile[63 - cuda.threadIdx.x]  # no barrier: unwritten slots are NaN
+        out[cuda.threadIdx.x] = tile[63 - cuda.threadIdx.x]  # no barrier between the write and the read
 
-    grid.launch(racy, 1, 64, (out,), rng=np.random.default_rng(0))
-    assert np.isnan(out).any()
+    for _ in range(5):  # whichever thread runs first, the pair is reported
+        with pytest.raises(grid.RaceHazard, match=r"race on shared memory tile\[\d+\]: thread \d+ of block 0 "
+                           r"(wrote|read) it, and thread \d+ of the same block (read|wrote) it") as caught:
+            grid.launch(racy, 1, 64, (out,))
+        assert caught.value.picture["array"] == "tile" and len(caught.value.picture["roles"]) == 2
+
+
+def test_the_last_warp_combining_without_a_barrier_is_a_race():
+    """Every warp leaves its partial in shared memory; warp 7 adds them with no barrier before it reads."""
+    def last_warp_combines(cuda, out):
+        partial = cuda.shared_array("partial", 8, np.float32)
+        warp, lane = divmod(cuda.threadIdx.x, 32)
+        if lane == 0:
+            partial[warp] = warp + 1.0
+        if cuda.threadIdx.x == 255:
+            out[0] = sum(partial[w] for w in range(8))
+
+    for _ in range(5):
+        with pytest.raises(grid.RaceHazard, match="partial"):
+            grid.launch(last_warp_combines, 1, 256, (np.zeros(1, dtype=np.float32),))
+
+
+def test_threads_and_blocks_run_in_an_order_that_changes():
+    """Plain-function threads, too: the order of first writes into a log differs from launch to launch."""
+    orders = set()
+    for _ in range(6):
+        seen = []
+
+        def log(cuda, out):
+            seen.append((cuda.blockIdx.x, cuda.threadIdx.x))
+
+        grid.launch(log, 3, 8, (np.zeros(1),))
+        orders.add(tuple(seen))
+        assert sorted(seen) == [(b, t) for b in range(3) for t in range(8)]
+    assert len(orders) > 1
+
+
+def test_two_blocks_writing_one_element_race_whatever_the_barriers():
+    def both_blocks(cuda, out):
+        if cuda.threadIdx.x == 0:
+            out[0] = cuda.blockIdx.x
+        yield cuda.syncthreads()
+
+    with pytest.raises(grid.RaceHazard, match=r"of block \d \(another block: no barrier orders them\)"):
+        grid.launch(both_blocks, 2, 32, (np.zeros(1),))
+
+
+def test_a_barrier_in_each_branch_is_a_divergent_barrier():
+    def divergent(cuda, out):
+        if cuda.threadIdx.x < 32:
+            out[cuda.threadIdx.x] = 1
+            yield cuda.syncthreads()
+        else:
+            yield cuda.syncthreads()
+            out[cuda.threadIdx.x] = 2
+
+    with pytest.raises(grid.BarrierHazard, match=r"different __syncthreads\(\) \(threads 0-31 at line \d+ of "
+                       r"divergent; threads 32-63 at line \d+ of divergent\)") as caught:
+        grid.launch(divergent, 1, 64, (np.zeros(64),))
+    assert sorted(len(t) for t in caught.value.picture["roles"].values()) == [32, 32]
+
+
+def test_writing_an_input_names_the_thread_and_the_array():
+    def writes_input(cuda, out, x):
+        x[cuda.threadIdx.x] = 0.0
+        out[cuda.threadIdx.x] = 1.0
+
+    x = np.ones(4, dtype=np.float32)
+    with pytest.raises(grid.KernelFault, match=r"thread \d of block 0: wrote into x, but it is an input"):
+        grid.launch(writes_input, 1, 4, (np.zeros(4), x), writes={"out"})
+    assert (x == 1).all()
+
+    def numpy_write(cuda, out, x):
+        np.copyto(x, 0.0)  # not through indexing: NumPy itself refuses the immutable copy
+
+    with pytest.raises(grid.KernelFault, match="wrote into an input"):
+        grid.launch(numpy_write, 1, 1, (np.zeros(4), x), writes={"out"})
+
+    def flag_flip(cuda, out, x):
+        x.flags.writeable = True
+
+    with pytest.raises(ValueError, match="WRITEABLE"):
+        grid.launch(flag_flip, 1, 1, (np.zeros(4), x), writes={"out"})
+
+
+def test_atomics_only_arrays_refuse_plain_writes_even_after_a_flag_flip():
+    def flips_then_adds(cuda, total):
+        try:
+            total.flags.writeable = True
+        except ValueError:
+            pass
+        total[0] += 1.0
+
+    with pytest.raises(grid.KernelFault, match="only cuda.atomic_add may change it"):
+        grid.launch(flips_then_adds, 1, 4, (grid.read_only(np.zeros(1, dtype=np.float32)),))
+
+
+def test_an_index_past_either_end_names_the_thread_the_array_and_the_index():
+    def off_by_one(cuda, out, x):
+        i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+        out[i] = x[i + 1]  # the last thread reads one past the end
+
+    with pytest.raises(grid.KernelFault, match=r"thread 7 of block 1: read x\[16\], outside the array \(16 "
+                       r"elements\)") as caught:
+        grid.launch(off_by_one, 2, 8, (np.zeros(16), np.ones(16)), writes={"out"})
+    assert caught.value.picture["roles"] == {"read x[16]": [7]} and caught.value.picture["elements"] == [16]
+
+    def negative(cuda, out, x):
+        out[cuda.threadIdx.x] = x[cuda.threadIdx.x - 1]  # thread 0 reads x[-1]: before the array on a GPU
+
+    with pytest.raises(grid.KernelFault, match=r"thread 0 of block 0: read x\[-1\]"):
+        grid.launch(negative, 1, 4, (np.zeros(4), np.ones(4)), writes={"out"})
+
+
+def test_a_misaligned_pack_names_the_array():
+    def misaligned(cuda, out, x):
+        out[cuda.threadIdx.x] = grid.load128(x, 2)[0]
+
+    with pytest.raises(grid.KernelFault, match=r"thread \d of block 0: load128 of x at element 2, not a multiple "
+                       r"of 4 \(misaligned"):
+        grid.launch(misaligned, 1, 2, (np.zeros(2, dtype=np.float32), np.ones(8, dtype=np.float32)),
+                    writes={"out"})
 
 
 def test_a_thread_that_returns_before_the_barrier_is_a_hazard():
@@ -164,6 +284,16 @@ def test_plain_writes_into_an_atomics_only_array_are_reported():
 
     with pytest.raises(grid.KernelFault, match="atomic_add"):
         grid.launch(not_atomic, 1, 4, (grid.read_only(np.zeros(1, dtype=np.float32)),))
+
+
+def test_shuffle_down_takes_the_lane_below_or_keeps_its_own():
+    out = np.zeros(32, dtype=np.int64)
+
+    def down(cuda, out):
+        out[cuda.threadIdx.x] = yield cuda.shfl_down_sync(cuda.threadIdx.x, 4)
+
+    grid.launch(down, 1, 32, (out,))
+    assert out.tolist() == [lane + 4 if lane < 28 else lane for lane in range(32)]
 
 
 def test_loads_and_stores_past_the_end_or_misaligned_are_faults():

@@ -2,22 +2,21 @@
 
 Each ``encoder_*`` function here reads line by line like its kernel in ``kernels/``: the same index math,
 the same fp32 adds in the same order (``fadd`` flushes subnormals to zero as the GPU does), the same
-barriers and shuffles. ``grid.launch`` runs it over the grid, and the ``launch_*`` functions below do that
-with the real kernel's launch shape (the grid and block math of ``gpt2enc_edu/cuda.py``) on NumPy arrays,
-so the result can be compared bit for bit with the mirror (``tests/test_course_perthread.py`` does).
+barriers and shuffles. ``grid.launch`` runs it over the grid, and the ``launch_*`` functions (from
+``launchers``, reachable here too) do that with the real kernel's launch shape (the grid and block math of
+``gpt2enc_edu/cuda.py``) on NumPy arrays, so the result can be compared bit for bit with the mirror
+(``tests/test_course_perthread.py`` does). The launchers live apart because the graded build-it checks run
+a learner's kernel through them in a process that cannot import this module.
 
-The ``launch_*`` functions take any per-thread kernel of the same signature: the notebooks' build-it
-exercises run the learner's kernel through them. A pack of 128 bits (8 bf16 or 4 fp32 elements) is a small
-NumPy array here; adding two packs adds element by element, as the kernels' ``for k`` loops do.
+A pack of 128 bits (8 bf16 or 4 fp32 elements) is a small NumPy array here; adding two packs adds element
+by element, as the kernels' ``for k`` loops do.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..buckets import BucketTable
 from ..layout import (
-    BLOCK_SIZE,
     CHUNK_ITEMS,
     CHUNKED_WARPS_PER_BLOCK,
     COMBINE_STAGE_PACKS,
@@ -25,13 +24,20 @@ from ..layout import (
     WARP_SIZE,
     WTE_BLOCK_SIZE,
     WTE_WARPS,
-    bucketed_warps_grid,
     ceil_div,
     combine_slices,
     pack_size,
 )
 from ..rounding import NOISE_STREAM_DWPE, NOISE_STREAM_DWTE
-from .grid import fadd, launch, load128, read_only, round_to_storage, store128, to_float, to_storage_nearest
+from .grid import fadd, load128, round_to_storage, store128, to_float, to_storage_nearest
+from .launchers import (  # noqa: F401 (the launchers are used through this module too)
+    launch_backward_atomic,
+    launch_backward_wpe,
+    launch_backward_wte_bucketed,
+    launch_backward_wte_bucketed_warps,
+    launch_backward_wte_chunked,
+    launch_forward,
+)
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -296,64 +302,3 @@ def encoder_backward_wte_chunk_combine(cuda, dwte, units, partials, num_units, C
                 element = ix * C + c + k
                 dwte[element] = round_to_storage(fadd(total[k], to_float(dwte[element])), dwte.dtype, element,
                                                  NOISE_STREAM_DWTE, seed)
-
-
-# ------------------------------------------------------------------------------------------------------
-# Launchers: the real kernels' launch shapes (gpt2enc_edu/cuda.py), on NumPy arrays.
-def launch_forward(kernel, out, inp, wte, wpe, *, rng=None) -> None:
-    B, T = inp.shape
-    C = wte.shape[1]
-    threads = B * T * C // pack_size(wte.dtype)
-    launch(kernel, ceil_div(threads, BLOCK_SIZE), BLOCK_SIZE,
-           (out.reshape(-1), inp.reshape(-1), wte.reshape(-1), wpe.reshape(-1), B, T, C), rng=rng)
-
-
-def launch_backward_wpe(kernel, dwpe, dout, seed: int, *, rng=None, blocks: int | None = None) -> None:
-    """A thread per pack of dwpe, or ``blocks`` blocks whose threads walk the packs in turn (the package's grid
-    beside the bucket table; a learner's kernel of one pack per thread needs the full grid)."""
-    B, T, C = dout.shape
-    grid = ceil_div(T * C // pack_size(dout.dtype), BLOCK_SIZE)
-    launch(kernel, grid if blocks is None else min(grid, blocks), BLOCK_SIZE,
-           (dwpe.reshape(-1), dout.reshape(-1), B, T, C, seed), rng=rng)
-
-
-def launch_backward_atomic(kernel, dwte, dwpe, dout, inp, *, rng=None) -> None:
-    """The fp32 atomic kernel; for bf16 storage into fp32 copies, rounded back to nearest once (as cuda.py)."""
-    B, T, C = dout.shape
-    threads = B * T * C // pack_size(dout.dtype)
-    dwte32, dwpe32 = to_float(dwte).copy(), to_float(dwpe).copy()
-    launch(kernel, ceil_div(threads, BLOCK_SIZE), BLOCK_SIZE,
-           (read_only(dwte32), read_only(dwpe32), dout.reshape(-1), inp.reshape(-1), B, T, C), rng=rng)
-    dwte[...] = to_storage_nearest(dwte32, dwte.dtype)
-    dwpe[...] = to_storage_nearest(dwpe32, dwpe.dtype)
-
-
-def launch_backward_wte_bucketed(kernel, dwte, table: BucketTable, dout, seed: int, *, rng=None) -> None:
-    C = dout.shape[-1]
-    num_buckets = np.array([table.num_buckets], dtype=np.int32)
-    launch(kernel, max(table.num_buckets, 1), WTE_BLOCK_SIZE,
-           (dwte.reshape(-1), table.info.reshape(-1), table.bt_list, dout.reshape(-1), num_buckets, C, seed), rng=rng)
-
-
-def launch_backward_wte_bucketed_warps(kernel, dwte, table: BucketTable, dout, seed: int, *, rng=None) -> None:
-    """The warps form's launch: ``bucketed_warps_grid`` blocks for the table's buckets (a host table's bound is
-    its size)."""
-    C = dout.shape[-1]
-    num_buckets = np.array([table.num_buckets], dtype=np.int32)
-    launch(kernel, max(bucketed_warps_grid(table.num_buckets), 1), WTE_BLOCK_SIZE,
-           (dwte.reshape(-1), table.info.reshape(-1), table.bt_list, dout.reshape(-1), num_buckets, C, seed), rng=rng)
-
-
-def launch_backward_wte_chunked(chunk_kernel, combine_kernel, dwte, table: BucketTable, dout, seed: int, *,
-                                rng=None) -> None:
-    C = dout.shape[-1]
-    size = pack_size(dout.dtype)
-    c_padded = ceil_div(C, WARP_SIZE * size) * WARP_SIZE * size
-    partials = np.full(max(table.num_units, 1) * c_padded, np.nan, dtype=np.float32)
-    num_units = np.array([table.num_units], dtype=np.int32)
-    units = table.units.reshape(-1)
-    launch(chunk_kernel, (max(ceil_div(table.num_units, CHUNKED_WARPS_PER_BLOCK), 1), ceil_div(C, WARP_SIZE * size)),
-           WARP_SIZE * CHUNKED_WARPS_PER_BLOCK,
-           (dwte.reshape(-1), units, table.bt_list, dout.reshape(-1), partials, num_units, C, seed), rng=rng)
-    launch(combine_kernel, max(table.num_units, 1), COMBINE_THREADS,
-           (dwte.reshape(-1), units, partials, num_units, C, seed), rng=rng)
