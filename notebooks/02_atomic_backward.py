@@ -318,7 +318,7 @@ ax = plots.error_vs_adds(adds[rows], errors, title="dwte (bf16): error per row")
 # as large as the value it lands on, and one bf16 rounding per add costs little. **The real failure needs
 # small updates**, as in training: a gradient accumulated over many micro-batches is large, the next
 # micro-batch's contributions are small. Here `dout` is scaled by 10⁻³ while `dwte` stays N(0, 1): half a
-# bf16 ULP of a value between 1 and 2 is 2⁻⁸ ≈ 0.004, four times a typical add. Not every add is below
+# bf16 ULP of a value between 1 and 2 is 2⁻⁸ ≈ 0.004, several times a typical add. Not every add is below
 # that line, and not every value is near 1 (below 0.5 the ULP is half as large or less): the next cell
 # counts both for this batch. An add smaller than half an ULP of the value it lands on is rounded away by
 # itself. bf16 atomics round after every add, so such adds vanish one by one, however many a row receives;

@@ -42,22 +42,21 @@ def _check(name: str, known) -> None:
         raise ValueError(f"no build-it named {name!r}; the names are {', '.join(map(repr, known))}")
 
 
-def perthread(name: str, *, unlocked) -> bool:
-    """Show the package's per-thread form of build-it ``name`` if ``unlocked`` is true; says whether it did."""
+def perthread(name: str, *, unlocked) -> None:
+    """Show the package's per-thread form of build-it ``name`` if ``unlocked`` is true, else how to open it."""
     _check(name, PER_THREAD)
     if not unlocked:
         _closed(f"The package's per-thread form of {name!r}", f"reveal.perthread({name!r}, unlocked=True)")
-        return False
+        return
     _show(inspect.getsource(PER_THREAD[name]), "python")
-    return True
 
 
-def kernel(name: str, *, unlocked) -> bool:
-    """Show the whole CUDA file of build-it ``name`` (as the package compiles it) if ``unlocked`` is true."""
+def kernel(name: str, *, unlocked) -> None:
+    """Show the whole CUDA file of build-it ``name`` (as the package compiles it) if ``unlocked`` is true, else
+    how to open it."""
     _check(name, KERNEL_EXERCISES)
     file = KERNEL_EXERCISES[name].file
     if not unlocked:
         _closed(f"kernels/{file}", f"reveal.kernel({name!r}, unlocked=True)")
-        return False
+        return
     _show(kernel_source(file), "cuda")
-    return True
