@@ -34,7 +34,7 @@
 #    wait;
 # 4. read from the committed timings why the chunked kernel's time hardly depends on how skewed the ids are.
 #
-# **Time:** about 25 minutes for the core sections, 20 more for those marked *(optional)* (`docs/teaching.md`).
+# **Time:** about 20 minutes for the core sections, 20 more for those marked *(optional)* (`docs/teaching.md`).
 #
 # 0. Setup · 1. What was slow · 2. The words, once: one token from positions to `dwte` · 3. The chunked kernel, per
 # thread (3b, optional: in CUDA) · 4. Same bits every run, a different order than bucketed · 5. The GPU bucket

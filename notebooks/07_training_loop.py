@@ -32,7 +32,7 @@
 # 3. list what besides the encoder a bitwise-reproducible loss needs (section 6);
 # 4. say why the encoder's time per call here is mostly host work, and what that means for a whole step.
 #
-# **Time:** about 20 minutes for the core sections, 10 more for those marked *(optional)* (`docs/teaching.md`).
+# **Time:** about 15 minutes for the core sections, 10 more for those marked *(optional)* (`docs/teaching.md`).
 #
 # 0. Setup · 1. The adapter · 2. The model · 3. Two runs, same bits · 4. Atomics part ·
 # 5. PyTorch's `nn.Embedding` · 6. The runs drawn · 7. (optional) Time: the encoder in a step ·
