@@ -134,7 +134,8 @@ def test_no_placeholder_repository_in_the_tree():
     tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     texts = [ROOT / name for name in tracked if name.endswith((".py", ".md", ".toml", ".ipynb"))]
     placeholder = "OWNER" + "/"  # spelled in two pieces, so that this file does not hold it
-    assert [str(p.relative_to(ROOT)) for p in texts if p.is_file() and placeholder in p.read_text(errors="replace")] == []
+    spelled = [str(p.relative_to(ROOT)) for p in texts if p.is_file() and placeholder in p.read_text(errors="replace")]
+    assert spelled == []
 
 
 # --- the first cell of the notebooks, executed with the environment faked ---------------------------------------
