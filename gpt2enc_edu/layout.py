@@ -1,8 +1,8 @@
 """Sizes and launch constants the kernels are built around, defined once for the Python side.
 
-The mirror, the validator, the launchers and the GPU bucketing read them from here. They restate #defines of
-``kernels/common.cuh`` and the kernel files; ``tests/test_kernel_constants.py`` checks that the two sides
-agree.
+The mirror, the validator, the launchers and the GPU bucketing read them from here. The numbers the kernels use too
+are read from ``kernels/constants.cuh``, which every kernel includes (``sources.kernel_constants``): each is written
+once, there, so the two sides cannot disagree. What only the Python side decides (grids, shares) is written here.
 """
 
 from __future__ import annotations
@@ -10,8 +10,11 @@ from __future__ import annotations
 import numpy as np
 
 from .rounding import bfloat16, float32
+from .sources import kernel_constants
 
-WARP_SIZE = 32
+_KERNEL = kernel_constants()
+
+WARP_SIZE = _KERNEL["WARP_SIZE"]
 #: Threads per block of the elementwise kernels (forward, atomic backward).
 BLOCK_SIZE = 256
 #: Threads per block of the wpe backward kernel. It runs beside the GPU bucket table on a side stream; with fewer
@@ -31,7 +34,7 @@ def wpe_blocks_beside_table(sm_count: int) -> int:
 
 
 #: Threads per block of the bucketed wte kernels (``WTE_BLOCK_SIZE``): 8 warps share one bucket.
-WTE_BLOCK_SIZE = 256
+WTE_BLOCK_SIZE = _KERNEL["WTE_BLOCK_SIZE"]
 WTE_WARPS = WTE_BLOCK_SIZE // WARP_SIZE
 
 #: The storage dtypes the kernels are compiled for.
@@ -81,17 +84,17 @@ def bucketed_warps_grid(max_buckets: int) -> int:
     return ceil_div(max_buckets, WTE_WARPS)
 
 
-#: Items per chunk of the chunked wte kernel (``CHUNK_ITEMS`` in encoder_backward_wte_chunked.cu): one warp
-#: sums one chunk, and a bucket with more items is split into chunks whose partial sums are added in order.
-CHUNK_ITEMS = 32
+#: Items per chunk of the chunked wte kernel (``CHUNK_ITEMS``): one warp sums one chunk, and a bucket with more
+#: items is split into chunks whose partial sums are added in order.
+CHUNK_ITEMS = _KERNEL["CHUNK_ITEMS"]
 #: Warps per block of the chunked wte kernel: each warp handles its own unit (bucket, chunk).
-CHUNKED_WARPS_PER_BLOCK = 8
+CHUNKED_WARPS_PER_BLOCK = _KERNEL["CHUNKED_WARPS_PER_BLOCK"]
 #: Threads per block of the chunk-combine kernel (``COMBINE_THREADS``): a token's unit blocks share its channels.
-COMBINE_THREADS = 128
+COMBINE_THREADS = _KERNEL["COMBINE_THREADS"]
 #: 16-byte packs of partial sums in one of the combine kernel's two shared-memory stages (``COMBINE_STAGE_PACKS``).
-COMBINE_STAGE_PACKS = 1536
+COMBINE_STAGE_PACKS = _KERNEL["COMBINE_STAGE_PACKS"]
 #: About the narrowest channel slice of the combine kernel, in columns of 4 channels (``COMBINE_MIN_COLUMNS``).
-COMBINE_MIN_COLUMNS = 8
+COMBINE_MIN_COLUMNS = _KERNEL["COMBINE_MIN_COLUMNS"]
 
 
 def combine_slices(num_chunks, C: int):
@@ -112,7 +115,7 @@ def combine_slices(num_chunks, C: int):
     return ceil_div(columns, width), width
 
 #: Threads per block of the cooperative bucketing kernel (``BUCKETING_THREADS`` in bucketing.cu).
-BUCKETING_THREADS = 1024
+BUCKETING_THREADS = _KERNEL["BUCKETING_THREADS"]
 def cooperative_grid_blocks(BT: int, V: int, num_sms: int) -> int:
     """Blocks of the cooperative bucketing launch: one per SM at most (so all are co-resident), none idle.
 
@@ -123,26 +126,26 @@ def cooperative_grid_blocks(BT: int, V: int, num_sms: int) -> int:
 
 
 #: Bits of the key one radix-sort pass sorts by, and its buckets (``1 << RADIX_BITS``).
-RADIX_BITS = 8
+RADIX_BITS = _KERNEL["RADIX_BITS"]
 RADIX_DIGITS = 1 << RADIX_BITS
-#: Size of the bucketing kernel's counter array, and the slots where it leaves the table's sizes.
-NUM_COUNTERS = 8
-COUNTER_NUM_DISTINCT = 0
-COUNTER_MAX_COUNT = 1
-COUNTER_NUM_CLASSES = 2
-COUNTER_NUM_BUCKETS = 3
-COUNTER_NUM_UNITS = 4
+#: Size of the bucketing kernels' counter array, and the slots where they leave the table's sizes.
+NUM_COUNTERS = _KERNEL["NUM_COUNTERS"]
+COUNTER_NUM_DISTINCT = _KERNEL["COUNTER_NUM_DISTINCT"]
+COUNTER_MAX_COUNT = _KERNEL["COUNTER_MAX_COUNT"]
+COUNTER_NUM_CLASSES = _KERNEL["COUNTER_NUM_CLASSES"]
+COUNTER_NUM_BUCKETS = _KERNEL["COUNTER_NUM_BUCKETS"]
+COUNTER_NUM_UNITS = _KERNEL["COUNTER_NUM_UNITS"]
 #: The scatter route's number of big tokens (seen more than ``CHUNK_ITEMS`` times), ``COUNTER_NUM_BIG``.
-COUNTER_NUM_BIG = 5
+COUNTER_NUM_BIG = _KERNEL["COUNTER_NUM_BIG"]
 #: The scatter route's big tokens' positions and chunks, all together (kernel 2 adds them up, kernel 3 reads them).
-COUNTER_BIG_ITEMS = 6
-COUNTER_BIG_UNITS = 7
+COUNTER_BIG_ITEMS = _KERNEL["COUNTER_BIG_ITEMS"]
+COUNTER_BIG_UNITS = _KERNEL["COUNTER_BIG_UNITS"]
 
 #: The scatter route (``kernels/bucketing_scatter.cu``): blocks of its per-token and sorting kernels, blocks of its
 #: per-position kernels, and the most ids it buckets (its bitmap of all positions is static shared memory).
-SCATTER_THREADS = 1024
-SCATTER_SMALL_BLOCK = 256
-SCATTER_MAX_BT = 65536
+SCATTER_THREADS = _KERNEL["SCATTER_THREADS"]
+SCATTER_SMALL_BLOCK = _KERNEL["SCATTER_SMALL_BLOCK"]
+SCATTER_MAX_BT = _KERNEL["SCATTER_MAX_BT"]
 
 
 def scatter_max_big(BT: int) -> int:
@@ -152,18 +155,20 @@ def scatter_max_big(BT: int) -> int:
 #: The one-block bucketing kernel of one sequence (``kernels/bucketing_small.cu``): its block, the elements each
 #: thread holds (``SMALL_KEYS``), the most ids it sorts (``SMALL_MAX_BT``) and the largest vocabulary whose ids
 #: fit its 32-bit keys beside a 10-bit position (``SMALL_MAX_V``).
-SMALL_THREADS = 512
-SMALL_KEYS = 2
-SMALL_MAX_BT = SMALL_THREADS * SMALL_KEYS
-SMALL_MAX_V = 1 << 22
+SMALL_THREADS = _KERNEL["SMALL_THREADS"]
+SMALL_KEYS = _KERNEL["SMALL_KEYS"]
+SMALL_MAX_BT = _KERNEL["SMALL_MAX_BT"]
+SMALL_MAX_V = _KERNEL["SMALL_MAX_V"]
+#: Low bits of a one-block sort key that hold the position (``SMALL_POS_BITS``): the id sits above them.
+SMALL_POS_BITS = _KERNEL["SMALL_POS_BITS"]
 
 #: The one-launch backward of one short batch (``kernels/encoder_backward_small.cu``): its block and the most ids
 #: it takes (its keys are the one-block table's: ids below ``SMALL_MAX_V``).
-SMALL_BACKWARD_THREADS = 512
-SMALL_BACKWARD_MAX_BT = 1024
+SMALL_BACKWARD_THREADS = _KERNEL["SMALL_BACKWARD_THREADS"]
+SMALL_BACKWARD_MAX_BT = _KERNEL["SMALL_BACKWARD_MAX_BT"]
 
 
-#: Batch rows per thread of the fp32 atomic backward's rows kernel (``ATOMIC_ROWS`` in encoder_backward_atomic.cu).
-ATOMIC_ROWS = 8
-#: Batch rows per thread of the fast forward kernel (``FORWARD_ROWS`` in encoder_forward.cu).
-FORWARD_ROWS = 8
+#: Batch rows per thread of the fp32 atomic backward's rows kernel (``ATOMIC_ROWS``).
+ATOMIC_ROWS = _KERNEL["ATOMIC_ROWS"]
+#: Batch rows per thread of the fast forward kernel (``FORWARD_ROWS``).
+FORWARD_ROWS = _KERNEL["FORWARD_ROWS"]

@@ -26,6 +26,7 @@ import numpy as np
 
 from .layout import dtype_name
 from .rounding import bfloat16, float32
+from .sources import kernel_dir
 
 
 class CudaUnavailableError(RuntimeError):
@@ -34,15 +35,6 @@ class CudaUnavailableError(RuntimeError):
 
 class KernelCompileError(RuntimeError):
     """NVRTC rejected a kernel file; the message carries the compiler log."""
-
-
-def kernel_dir() -> Path:
-    """The folder holding the ``.cu`` files: inside the installed package, else the checkout's ``kernels/``."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "kernels", here.parent / "kernels"):
-        if (candidate / "common.cuh").is_file():
-            return candidate
-    raise FileNotFoundError(f"kernel sources not found in {here / 'kernels'} or {here.parent / 'kernels'}")
 
 
 def kernel_source(name: str) -> str:

@@ -17,12 +17,14 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from .sources import kernel_constants
+
 bfloat16 = np.dtype(ml_dtypes.bfloat16)
 float32 = np.dtype(np.float32)
 
-#: The second noise coordinate of each gradient tensor (``NOISE_STREAM_*`` in ``kernels/common.cuh``).
-NOISE_STREAM_DWTE = 0
-NOISE_STREAM_DWPE = 1
+#: The second noise coordinate of each gradient tensor (``NOISE_STREAM_*`` in ``kernels/constants.cuh``).
+NOISE_STREAM_DWTE = kernel_constants()["NOISE_STREAM_DWTE"]
+NOISE_STREAM_DWPE = kernel_constants()["NOISE_STREAM_DWPE"]
 
 _SQ5_BIT_NOISE1 = np.uint32(0xD2A80A3F)
 _SQ5_BIT_NOISE2 = np.uint32(0xA884F197)

@@ -34,19 +34,9 @@
 
 namespace cg = cooperative_groups;
 
-#define BUCKETING_THREADS 1024
+// BUCKETING_THREADS, RADIX_BITS, CHUNK_ITEMS and the counters[] slots: constants.cuh.
 #define BUCKETING_WARPS (BUCKETING_THREADS / WARP_SIZE)
-#define RADIX_BITS 8
 #define RADIX_DIGITS (1 << RADIX_BITS)
-#define CHUNK_ITEMS 32
-
-// counters[] layout (ints on the device)
-#define COUNTER_NUM_DISTINCT 0
-#define COUNTER_MAX_COUNT 1
-#define COUNTER_NUM_CLASSES 2
-#define COUNTER_NUM_BUCKETS 3
-#define COUNTER_NUM_UNITS 4
-#define NUM_COUNTERS 8
 
 struct BucketingScratch {
     int warp_counts[BUCKETING_WARPS][RADIX_DIGITS];  // per-warp digit counts, then their running offsets

@@ -46,23 +46,10 @@
 // kernel 4 leaves them to be cleared.
 #include "common.cuh"
 
-#define SCATTER_THREADS 1024
+// SCATTER_THREADS, SCATTER_SMALL_BLOCK, SCATTER_MAX_BT, CHUNK_ITEMS and the counters[] slots: constants.cuh.
 #define SCATTER_WARPS (SCATTER_THREADS / WARP_SIZE)
-#define SCATTER_SMALL_BLOCK 256
-#define SCATTER_MAX_BT 65536
-#define CHUNK_ITEMS 32
 // The most big tokens SCATTER_MAX_BT ids can hold (each is seen at least CHUNK_ITEMS + 1 times).
 #define SCATTER_MAX_BIG (SCATTER_MAX_BT / (CHUNK_ITEMS + 1) + 1)
-
-// counters[] slots, as in bucketing.cu, and three numbers about the big tokens
-#define COUNTER_NUM_DISTINCT 0
-#define COUNTER_MAX_COUNT 1
-#define COUNTER_NUM_BUCKETS 3
-#define COUNTER_NUM_UNITS 4
-#define COUNTER_NUM_BIG 5
-// the big tokens' positions and chunks, all together
-#define COUNTER_BIG_ITEMS 6
-#define COUNTER_BIG_UNITS 7
 
 // class_bases[] rows: where each class starts in the rank order, in bt_list and in the unit list
 #define BASE_RANK 0

@@ -42,31 +42,18 @@
 // dependent) is set up while the last phases run, and waits for it inside (common.cuh).
 #include "block_sort.cuh"
 
-#define SMALL_THREADS 512
-#define SMALL_KEYS 2
-// A key: a position bt < SMALL_MAX_BT in its low SMALL_POS_BITS bits, an id < SMALL_MAX_V = 2^(32 -
-// SMALL_POS_BITS) in the high bits. SMALL_NO_KEY (padding) sorts after every real key.
-#define SMALL_MAX_BT 1024
-#define SMALL_POS_BITS 10
-#define SMALL_MAX_V 4194304
-#define SMALL_POS_MASK ((1u << SMALL_POS_BITS) - 1u)
+// SMALL_THREADS, SMALL_KEYS, and the keys (constants.cuh): a position bt < SMALL_MAX_BT in the low SMALL_POS_BITS
+// bits, an id < SMALL_MAX_V = 2^(32 - SMALL_POS_BITS) in the high bits. SMALL_NO_KEY (padding) sorts after every
+// real key.
 #define SMALL_NO_KEY 0xFFFFFFFFu
-#define SMALL_CHUNK_ITEMS 32
 // Phase 4 scans count | chunks << SMALL_FIELD_BITS at once: both sums are <= 1024, so the fields never mix.
 #define SMALL_FIELD_BITS 16
 // Phase 3: SMALL_GROUPS groups of 32 consecutive segments, one per lane of a warp in the class scans.
 #define SMALL_WARPS (SMALL_THREADS / WARP_SIZE)
 #define SMALL_GROUPS (SMALL_KEYS * SMALL_WARPS)
 static_assert(SMALL_GROUPS == WARP_SIZE, "phase 3 scans one group per lane");
-#define SMALL_BIG_CLASS 0  // tokens seen more than SMALL_CHUNK_ITEMS times
+#define SMALL_BIG_CLASS 0  // tokens seen more than CHUNK_ITEMS times
 #define SMALL_NO_CLASS (-1)  // no token (segments past num_distinct)
-
-// counters[] slots, as in bucketing.cu
-#define SMALL_COUNTER_NUM_DISTINCT 0
-#define SMALL_COUNTER_MAX_COUNT 1
-#define SMALL_COUNTER_NUM_CLASSES 2
-#define SMALL_COUNTER_NUM_BUCKETS 3
-#define SMALL_COUNTER_NUM_UNITS 4
 
 extern "C" __global__ void __launch_bounds__(SMALL_THREADS)
     bucketing_small_kernel(const int* inp, int BT, int num_c_groups, int4* bucket_info, int4* units, int* bt_list,
@@ -78,14 +65,14 @@ extern "C" __global__ void __launch_bounds__(SMALL_THREADS)
     __shared__ int4 rank_row[SMALL_MAX_BT];  // rank r: (start, count, ix, first unit)
     __shared__ int scratch[WARP_SIZE + 1];
     __shared__ int num_classes;
-    __shared__ int class_count[SMALL_GROUPS][SMALL_CHUNK_ITEMS + 1];  // [group][class]; 33 columns: no bank conflicts
-    __shared__ int class_total[SMALL_CHUNK_ITEMS + 1];  // tokens per class
-    __shared__ int class_base[SMALL_CHUNK_ITEMS + 1];  // each class's first rank
+    __shared__ int class_count[SMALL_GROUPS][CHUNK_ITEMS + 1];  // [group][class]; 33 columns: no bank conflicts
+    __shared__ int class_total[CHUNK_ITEMS + 1];  // tokens per class
+    __shared__ int class_base[CHUNK_ITEMS + 1];  // each class's first rank
     __shared__ int big_list[WARP_SIZE];  // the big tokens' segments (at most SMALL_MAX_BT / 33 = 31)
     wait_for_previous_grid();  // (a no-op: the package launches this kernel the plain way)
     if (stop_after < 0) { return; }  // an empty run: what the launch alone costs
     int first = threadIdx.x * SMALL_KEYS;  // elements first .. first + SMALL_KEYS - 1 are this thread's (but phase 3)
-    for (int i = threadIdx.x; i < SMALL_GROUPS * (SMALL_CHUNK_ITEMS + 1); i += SMALL_THREADS) {
+    for (int i = threadIdx.x; i < SMALL_GROUPS * (CHUNK_ITEMS + 1); i += SMALL_THREADS) {
         (&class_count[0][0])[i] = 0;  // for phase 3 (phase 1's barriers publish it)
     }
 
@@ -139,8 +126,8 @@ extern "C" __global__ void __launch_bounds__(SMALL_THREADS)
     for (int q = 0; q < SMALL_KEYS; q++) {
         int s = q * SMALL_THREADS + threadIdx.x;
         token_count[q] = s < num_distinct ? seg_start[s + 1] - seg_start[s] : 0;
-        cls[q] = token_count[q] == 0 ? SMALL_NO_CLASS
-                                     : (token_count[q] > SMALL_CHUNK_ITEMS ? SMALL_BIG_CLASS : token_count[q]);
+        cls[q] =
+            token_count[q] == 0 ? SMALL_NO_CLASS : (token_count[q] > CHUNK_ITEMS ? SMALL_BIG_CLASS : token_count[q]);
         // The lanes of this group in the same class; the lowest of them writes how many there are.
         unsigned int peers = __match_any_sync(0xffffffffu, cls[q]);
         below[q] = __popc(peers & lanes_below(lane));
@@ -149,7 +136,7 @@ extern "C" __global__ void __launch_bounds__(SMALL_THREADS)
     __syncthreads();
     // Warp w scans classes w, w + SMALL_WARPS, ... over the groups (lane = group): each group's count becomes the
     // class's tokens in the groups before it.
-    for (int c = warp; c <= SMALL_CHUNK_ITEMS; c += SMALL_WARPS) {
+    for (int c = warp; c <= CHUNK_ITEMS; c += SMALL_WARPS) {
         int in_group = class_count[lane][c];
         int inclusive = warp_inclusive_sum(in_group);
         class_count[lane][c] = inclusive - in_group;
@@ -157,7 +144,7 @@ extern "C" __global__ void __launch_bounds__(SMALL_THREADS)
     }
     __syncthreads();
     if (warp == 0) {  // each class's first rank: after the big tokens and the classes above (lane l: class 32 - l)
-        int c = SMALL_CHUNK_ITEMS - lane;
+        int c = CHUNK_ITEMS - lane;
         class_base[c] = class_total[SMALL_BIG_CLASS] + warp_inclusive_sum(class_total[c]) - class_total[c];
     }
 #pragma unroll
@@ -197,7 +184,7 @@ extern "C" __global__ void __launch_bounds__(SMALL_THREADS)
     for (int q = 0; q < SMALL_KEYS; q++) {
         bool real = first + q < num_distinct;
         count[q] = real ? SMALL_MAX_BT - (int)(token_key[q] >> SMALL_POS_BITS) : 0;
-        chunks[q] = CEIL_DIV(count[q], SMALL_CHUNK_ITEMS);
+        chunks[q] = CEIL_DIV(count[q], CHUNK_ITEMS);
         fields += count[q] | (chunks[q] << SMALL_FIELD_BITS);
         buf[first + q] = token_key[q];  // for the class test of rank r + 1
     }
@@ -226,11 +213,11 @@ extern "C" __global__ void __launch_bounds__(SMALL_THREADS)
     if (class_heads > 0) { atomicAdd(&num_classes, class_heads); }  // a count: the order of the adds is free
     __syncthreads();  // seg_new_start, rank_row and num_classes are complete
     if (threadIdx.x == 0) {
-        counters[SMALL_COUNTER_NUM_DISTINCT] = num_distinct;
-        counters[SMALL_COUNTER_MAX_COUNT] = count[0];  // rank 0's
-        counters[SMALL_COUNTER_NUM_CLASSES] = num_classes;
-        counters[SMALL_COUNTER_NUM_BUCKETS] = num_distinct * num_c_groups;
-        counters[SMALL_COUNTER_NUM_UNITS] = fields_total >> SMALL_FIELD_BITS;
+        counters[COUNTER_NUM_DISTINCT] = num_distinct;
+        counters[COUNTER_MAX_COUNT] = count[0];  // rank 0's
+        counters[COUNTER_NUM_CLASSES] = num_classes;
+        counters[COUNTER_NUM_BUCKETS] = num_distinct * num_c_groups;
+        counters[COUNTER_NUM_UNITS] = fields_total >> SMALL_FIELD_BITS;
     }
     // Bucket rows: thread i writes rows i, i + SMALL_THREADS, ..., so a warp stores 512 contiguous bytes.
     if (write_bucket_rows) {

@@ -1,6 +1,8 @@
 // common.cuh: device-only helpers shared by every encoder kernel in this folder.
 //
 // What is here
+//   constants.cuh          the numbers the kernels and the Python side share (included here, so every kernel has them)
+//   SM_THREAD_SLOTS        the threads an SM holds at once on the architecture compiled for (launch bounds)
 //   floatX                 the storage dtype: __nv_bfloat16 (default) or float (compile with -DENC_FP32)
 //   Packed128<T>, x128     16 bytes of elements (8 bf16 or 4 fp32): one 128-bit load/store per thread
 //   load128 / load128cs    plain and streaming ("evict first") 16-byte loads
@@ -23,8 +25,19 @@
 
 #include <cuda_bf16.h>
 
-#define WARP_SIZE 32
+#include "constants.cuh"
+
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+
+// The threads an SM holds at once: 2048 from sm_80 on (1536 on sm_86/87/89, 1024 on sm_75). A kernel whose launch
+// bounds ask for SM_THREAD_SLOTS / (its block) blocks per SM gets registers for a full SM and no more.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 750
+#define SM_THREAD_SLOTS 1024
+#elif defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890)
+#define SM_THREAD_SLOTS 1536
+#else
+#define SM_THREAD_SLOTS 2048
+#endif
 
 #ifdef ENC_FP32
 typedef float floatX;
@@ -173,10 +186,8 @@ __device__ __forceinline__ unsigned int noise_2d(unsigned int x, unsigned int y,
     return squirrel_noise5(x + (PRIME_NUMBER * y), seed);
 }
 
-// Which tensor an element belongs to: the second coordinate of noise_2d. Two tensors updated with the same
-// seed must not draw the same random number for the same flat index.
-#define NOISE_STREAM_DWTE 0u
-#define NOISE_STREAM_DWPE 1u
+// Which tensor an element belongs to is the second coordinate of noise_2d (NOISE_STREAM_DWTE / NOISE_STREAM_DWPE,
+// constants.cuh). Two tensors updated with the same seed must not draw the same random number for the same flat index.
 
 // ----------------------------------------------------------------------------------------------------------
 // fp32 -> storage dtype.

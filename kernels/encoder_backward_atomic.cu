@@ -23,8 +23,7 @@
 // associative, so the low bits of the sum change from run to run.
 #include "common.cuh"
 
-// Batch rows per thread of the rows kernel: its dwpe atomics are this many times fewer.
-#define ATOMIC_ROWS 8
+// ATOMIC_ROWS (constants.cuh): batch rows per thread of the rows kernel; its dwpe atomics are this many times fewer.
 
 // Four fp32 atomic adds; Hopper does them in one instruction (each one still its own fp32 add). The target
 // is 16-byte aligned (c is a multiple of 4).

@@ -45,15 +45,9 @@
 // and 16-byte aligned arrays (all checked in Python). Any grid gives the same bits.
 #include "block_sort.cuh"
 
-#define SMALL_BACKWARD_THREADS 512
-#define SMALL_BACKWARD_KEYS 2
+// SMALL_BACKWARD_THREADS, SMALL_BACKWARD_MAX_BT, the one-block sort's keys (SMALL_KEYS per thread; the position bt
+// in the low SMALL_POS_BITS bits, the token id above) and the chunked method's CHUNK_ITEMS: constants.cuh.
 #define SMALL_BACKWARD_WARPS (SMALL_BACKWARD_THREADS / WARP_SIZE)
-#define SMALL_BACKWARD_MAX_BT 1024
-// A key: the position bt in its low 10 bits, the token id above (ids < 2^22); block_sort_positions builds them.
-#define SMALL_BACKWARD_POS_BITS 10
-#define SMALL_BACKWARD_POS_MASK ((1u << SMALL_BACKWARD_POS_BITS) - 1u)
-// The chunked method's chunk (encoder_backward_wte_chunked.cu): part of the result's definition.
-#define CHUNK_ITEMS 32
 // Tokens seen at most this many times are warp tasks (their rows in flight: 8 x 16 bytes per lane); the others
 // block tasks.
 #define WARP_TASK_MAX_ITEMS 8
@@ -61,8 +55,8 @@
 // Chunks a block task sums at once: one thread per 8 bytes of the group's channels and chunk (Pack64 below).
 #define GROUP_PACKS64 (WARP_SIZE * x128::size * (int)sizeof(floatX) / 8)
 #define BLOCK_CHUNK_SLOTS (SMALL_BACKWARD_THREADS / GROUP_PACKS64)
-static_assert(SMALL_BACKWARD_MAX_BT == SMALL_BACKWARD_THREADS * SMALL_BACKWARD_KEYS, "two keys per thread");
-static_assert(SMALL_BACKWARD_MAX_BT == (1 << SMALL_BACKWARD_POS_BITS), "a key holds any position");
+static_assert(SMALL_BACKWARD_MAX_BT == SMALL_BACKWARD_THREADS * SMALL_KEYS, "two keys per thread");
+static_assert(SMALL_BACKWARD_MAX_BT == (1 << SMALL_POS_BITS), "a key holds any position");
 static_assert(WARP_TASK_MAX_ITEMS <= CHUNK_ITEMS, "a warp task is a single chunk");
 
 // dwpe's pack at flat index idx = t * C + c: the wpe kernel's sum (encoder_backward_wpe.cu), the B rows in order,
@@ -102,7 +96,7 @@ __device__ __forceinline__ void chunk_pack_sum(float* sum, const floatX* dout, c
 #pragma unroll
     for (int i = 0; i < CHUNK_ITEMS; i++) {
         if (i < n) {
-            int bt = (int)(chunk_keys[i] & SMALL_BACKWARD_POS_MASK);
+            int bt = (int)(chunk_keys[i] & SMALL_POS_MASK);
             rows[i] = *reinterpret_cast<const uint2*>(dout + bt * C + c);
         }
     }
@@ -129,32 +123,30 @@ extern "C" __global__ void __launch_bounds__(SMALL_BACKWARD_THREADS, 1)
     wait_for_previous_grid();  // (a no-op: the package launches this kernel the plain way)
     int lane = threadIdx.x % WARP_SIZE;
     int warp = threadIdx.x / WARP_SIZE;
-    int first = threadIdx.x * SMALL_BACKWARD_KEYS;  // elements first, first + 1 are this thread's
+    int first = threadIdx.x * SMALL_KEYS;  // elements first, first + 1 are this thread's
     int BT = B * T;
     int c_per_warp = WARP_SIZE * x128::size;
     int num_groups = CEIL_DIV(C, c_per_warp);
 
     // 1. The positions sorted by token id (bt ascending inside a token: bt is the key's low bits).
-    unsigned int key[SMALL_BACKWARD_KEYS];
-    block_sort_positions<SMALL_BACKWARD_THREADS, SMALL_BACKWARD_KEYS, SMALL_BACKWARD_POS_BITS>(inp, BT, key, buf,
-                                                                                               sorted);
+    unsigned int key[SMALL_KEYS];
+    block_sort_positions<SMALL_BACKWARD_THREADS, SMALL_KEYS, SMALL_POS_BITS>(inp, BT, key, buf, sorted);
     __syncthreads();
 
     // 2. Segments: slot p starts one where its id differs from slot p - 1's; one segment per distinct token.
-    int head[SMALL_BACKWARD_KEYS];
+    int head[SMALL_KEYS];
     int heads = 0;
 #pragma unroll
-    for (int q = 0; q < SMALL_BACKWARD_KEYS; q++) {
+    for (int q = 0; q < SMALL_KEYS; q++) {
         int p = first + q;
-        head[q] =
-            p < BT && (p == 0 || (key[q] >> SMALL_BACKWARD_POS_BITS) != (sorted[p - 1] >> SMALL_BACKWARD_POS_BITS));
+        head[q] = p < BT && (p == 0 || (key[q] >> SMALL_POS_BITS) != (sorted[p - 1] >> SMALL_POS_BITS));
         heads += head[q];
     }
     int num_distinct;
     int seg = block_exclusive_sum(heads, &num_distinct, scratch);  // this thread's first new segment
-    int my_seg[SMALL_BACKWARD_KEYS];
+    int my_seg[SMALL_KEYS];
 #pragma unroll
-    for (int q = 0; q < SMALL_BACKWARD_KEYS; q++) {
+    for (int q = 0; q < SMALL_KEYS; q++) {
         my_seg[q] = head[q] ? seg : -1;
         if (head[q]) { seg_start[seg++] = first + q; }
     }
@@ -162,17 +154,17 @@ extern "C" __global__ void __launch_bounds__(SMALL_BACKWARD_THREADS, 1)
     __syncthreads();
 
     // 3. The block tokens, in segment order (a scan of one flag per segment head; heads come in segment order).
-    bool is_block_token[SMALL_BACKWARD_KEYS];
+    bool is_block_token[SMALL_KEYS];
     int flags = 0;
 #pragma unroll
-    for (int q = 0; q < SMALL_BACKWARD_KEYS; q++) {
+    for (int q = 0; q < SMALL_KEYS; q++) {
         is_block_token[q] = my_seg[q] >= 0 && seg_start[my_seg[q] + 1] - seg_start[my_seg[q]] > WARP_TASK_MAX_ITEMS;
         flags += is_block_token[q];
     }
     int num_block_tokens;
     int slot_of_token = block_exclusive_sum(flags, &num_block_tokens, scratch);
 #pragma unroll
-    for (int q = 0; q < SMALL_BACKWARD_KEYS; q++) {
+    for (int q = 0; q < SMALL_KEYS; q++) {
         if (is_block_token[q]) { block_tokens[slot_of_token++] = my_seg[q]; }
     }
     __syncthreads();
@@ -187,7 +179,7 @@ extern "C" __global__ void __launch_bounds__(SMALL_BACKWARD_THREADS, 1)
         int start = seg_start[s];
         int count = seg_start[s + 1] - start;
         int num_chunks = CEIL_DIV(count, CHUNK_ITEMS);
-        int ix = (int)(sorted[start] >> SMALL_BACKWARD_POS_BITS);
+        int ix = (int)(sorted[start] >> SMALL_POS_BITS);
         bool finisher = chunk_slot == 0 && c < C;  // adds the partials, the old value, and rounds
         floatX* dwte_ix = dwte + ix * C + c;
         uint2 old;
@@ -230,7 +222,7 @@ extern "C" __global__ void __launch_bounds__(SMALL_BACKWARD_THREADS, 1)
         int start = seg_start[s];
         int count = seg_start[s + 1] - start;
         if (count > WARP_TASK_MAX_ITEMS) { continue; }  // the whole warp: count is the same for every lane
-        int ix = (int)(sorted[start] >> SMALL_BACKWARD_POS_BITS);
+        int ix = (int)(sorted[start] >> SMALL_POS_BITS);
         int c = (task % num_groups) * c_per_warp + lane * x128::size;
         if (c >= C) { continue; }  // lanes past C (in the last group of a C that is no multiple) have nothing to do
         floatX* dwte_ix = dwte + ix * C + c;
@@ -238,7 +230,7 @@ extern "C" __global__ void __launch_bounds__(SMALL_BACKWARD_THREADS, 1)
         x128 rows[WARP_TASK_MAX_ITEMS];
 #pragma unroll
         for (int i = 0; i < WARP_TASK_MAX_ITEMS; i++) {
-            if (i < count) { rows[i] = load128cs(dout + (int)(sorted[start + i] & SMALL_BACKWARD_POS_MASK) * C + c); }
+            if (i < count) { rows[i] = load128cs(dout + (int)(sorted[start + i] & SMALL_POS_MASK) * C + c); }
         }
         float accum[x128::size];
         for (int k = 0; k < x128::size; k++) { accum[k] = 0.0f; }

@@ -33,19 +33,13 @@
 // run and equals the NumPy mirror bit for bit.
 #include "common.cuh"
 
-#define WTE_BLOCK_SIZE 256
+// WTE_BLOCK_SIZE: constants.cuh.
 #define WTE_WARPS (WTE_BLOCK_SIZE / WARP_SIZE)
 
-// Blocks per SM to fit: all its thread slots (2048 on sm_80/sm_90, 1536 on sm_86/89, 1024 on sm_75). On an
-// H200, 8 blocks of 256 threads need <= 32 registers per thread; without the cap the compiler takes 40 and
-// fits 6 blocks, and the many tiny buckets of a large batch ran up to 1.2x slower.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 750
-#define WTE_MIN_BLOCKS 4
-#elif defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890)
-#define WTE_MIN_BLOCKS 6
-#else
-#define WTE_MIN_BLOCKS 8
-#endif
+// Blocks per SM to fit: all its thread slots (SM_THREAD_SLOTS, common.cuh). On an H200, 8 blocks of 256 threads need
+// <= 32 registers per thread; without the cap the compiler takes 40 and fits 6 blocks, and the many tiny buckets of a
+// large batch ran up to 1.2x slower.
+#define WTE_MIN_BLOCKS (SM_THREAD_SLOTS / WTE_BLOCK_SIZE)
 
 extern "C" __global__ void __launch_bounds__(WTE_BLOCK_SIZE, WTE_MIN_BLOCKS)
     encoder_backward_wte_bucketed_kernel(floatX* dwte, const int4* bucket_info, const int* bt_list, const floatX* dout,

@@ -36,20 +36,13 @@
 // each unit of a multi-chunk token (a prefix of the unit list), C rounded up to whole channel groups of floats.
 #include "common.cuh"
 
-#define CHUNK_ITEMS 32
-#define CHUNKED_WARPS_PER_BLOCK 8
+// CHUNK_ITEMS, CHUNKED_WARPS_PER_BLOCK, COMBINE_THREADS, COMBINE_STAGE_PACKS, COMBINE_MIN_COLUMNS: constants.cuh.
 // Each warp waits on a chain of dependent loads (unit -> positions -> gradients): latency, not bandwidth,
 // bounds it, so the kernel wants many warps per SM. One channel group per warp keeps a thread's state small
 // (8 sums, one dout pack, one dwte pack) so that 8 blocks of 8 warps fit an SM, the most an SM holds.
 // (The forms measured: docs/experiments.md, wte kernels: "a warp per (unit, channel group)".)
-// An SM holds 2048 threads from sm_80 on (1536 on sm_86/87/89, 1024 on sm_75): ask for what fits.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 750
-#define CHUNKED_MIN_BLOCKS 4
-#elif defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890)
-#define CHUNKED_MIN_BLOCKS 6
-#else
-#define CHUNKED_MIN_BLOCKS 8
-#endif
+// Ask for what fits an SM's thread slots (common.cuh).
+#define CHUNKED_MIN_BLOCKS (SM_THREAD_SLOTS / (WARP_SIZE * CHUNKED_WARPS_PER_BLOCK))
 // The staged form: rows a warp has in flight at once, and the blocks per SM it asks registers for. A warp's stage
 // holds STAGED_ROWS rows of its channel group (8 rows x 512 bytes): 32 KB per block of 8 warps, so 6 blocks
 // fit the 228 KB of an H100/H200 SM, and 65536 / (6 * 256) leaves 42 registers per thread, enough not to spill.
@@ -60,12 +53,9 @@
 #else
 #define STAGED_MIN_BLOCKS 6
 #endif
-#define COMBINE_THREADS 128
-// The combine kernel's stages: 1536 packs of 16 bytes each, two of them: 48 KB, the most static shared memory a
+// The combine kernel's stages: COMBINE_STAGE_PACKS = 1536 packs of 16 bytes each, two of them: 48 KB, the most static shared memory a
 // block may have. A token gets at most CEIL_DIV(C / 4, COMBINE_MIN_COLUMNS) slices, so a slice is about
 // COMBINE_MIN_COLUMNS columns of 4 channels wide or wider (128 bytes of a partial row).
-#define COMBINE_STAGE_PACKS 1536
-#define COMBINE_MIN_COLUMNS 8
 
 // The chunk's rows of dout, added in item order to accum: accum = ((accum + d[item 0]) + d[item 1]) + ...
 // One row at a time: each read waits for its row before the next is asked for (the order of the adds is fixed,

@@ -19,8 +19,7 @@
 // function of the inputs, so the NumPy mirror reproduces it bit for bit, whatever the version.
 #include "common.cuh"
 
-// Batch rows per thread of version 3: the loads a thread keeps in flight.
-#define FORWARD_ROWS 8
+// FORWARD_ROWS (constants.cuh): batch rows per thread of version 3, the loads a thread keeps in flight.
 
 // version 1: one thread per element. Each thread loads 2 bytes (bf16) twice: correct, but every load and
 // store is narrow, so a warp moves 64 bytes per instruction where it could move 512.

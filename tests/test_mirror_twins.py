@@ -4,7 +4,6 @@ themselves, intermediate buffers included."""
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 from hypothesis import given, settings

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..layout import CHUNK_ITEMS, SMALL_MAX_BT, SMALL_MAX_V, WARP_SIZE, ceil_div, num_c_groups
+from ..layout import CHUNK_ITEMS, SMALL_MAX_BT, SMALL_MAX_V, SMALL_POS_BITS, WARP_SIZE, ceil_div, num_c_groups
 from .host import BucketTable
 
-#: ``SMALL_POS_BITS``, ``SMALL_FIELD_BITS`` and ``SMALL_NO_KEY`` of the kernel.
-POS_BITS = 10
+#: ``SMALL_POS_BITS`` (constants.cuh), ``SMALL_FIELD_BITS`` and ``SMALL_NO_KEY`` of the kernel.
+POS_BITS = SMALL_POS_BITS
 POS_MASK = np.uint32((1 << POS_BITS) - 1)
 FIELD_BITS = 16
 NO_KEY = np.uint32(0xFFFFFFFF)
