@@ -194,7 +194,7 @@ def encoder_backward(dwte, dwpe, dout, inp, *positional, seed=validate.SEED_REQU
         dims, seed = validate.backward_args(dwte, dwpe, dout, inp, seed, method, check_ids, bucketing)
         if buckets is not None:
             validate.check_buckets(buckets, dims, method, bucketing)
-            buckets = _own_table(buckets, dims)
+            buckets = _own_table(buckets, dims, method)
             if check_ids:
                 _check_table_of_ids(buckets, inp, dims, method)
         if dims.backend == "cuda":
@@ -206,14 +206,14 @@ def encoder_backward(dwte, dwpe, dout, inp, *positional, seed=validate.SEED_REQU
         _commit({"dwte": (dwte, new_dwte), "dwpe": (dwpe, new_dwpe)})
 
 
-def _own_table(table, dims):
+def _own_table(table, dims, method: str):
     """The table the call runs on: a host ``BucketTable`` copied (its arrays are small) and its contents range-checked
     (``validate.check_table_contents``), with or without ``check_ids``, so nothing can change it after the check; a
     ``DeviceBucketTable`` as it is (reading it would need a sync: its contract is in docs/reliability.md)."""
     if not isinstance(table, BucketTable):
         return table
     own = replace(table, info=np.array(table.info), bt_list=np.array(table.bt_list), units=np.array(table.units))
-    validate.check_table_contents(own, dims)
+    validate.check_table_contents(own, dims, method)
     return own
 
 

@@ -326,7 +326,7 @@ def _refuse_rows(name: str, rows: np.ndarray, ok: np.ndarray, why: str) -> None:
                          "make_buckets(inp, C, dtype, V=V)")
 
 
-def check_table_contents(table, dims: Dims) -> None:
+def check_table_contents(table, dims: Dims, method: str) -> None:
     """A host ``BucketTable``'s contents lie in range, so the wte kernels (and the mirror) read and write only
     inside their arrays. One pass over the table's small arrays on the host, no GPU sync; run with or without
     ``check_ids`` (a ``DeviceBucketTable`` is not read: that would need a sync).
@@ -337,7 +337,9 @@ def check_table_contents(table, dims: Dims) -> None:
       ``[0, num_c_groups)``, a unit's ``chunk`` below its token's number of chunks;
     * the units of tokens of more than one chunk come first (a prefix of the list, no longer than
       ``max_multi_chunk_units(B*T)``, the room the kernels have for their partial sums), and each one's token has
-      all its chunks inside that prefix, from ``chunk`` rows up (where the combine kernel finds them).
+      all its chunks inside that prefix, from ``chunk`` rows up (where the combine kernel finds them);
+    * the sizes add up: the buckets of each channel group hold B*T positions in all, and so do the tokens' first
+      units; a table without bucket rows (``to_host(bucket_rows=False)``) only for a method that does not read them.
 
     Whether it is the table *of these ids* is ``check_ids``'s part (``encoder_backward`` builds it again).
     """
@@ -377,6 +379,18 @@ def check_table_contents(table, dims: Dims) -> None:
     _refuse_rows("units", table.units, ~multi | ((first >= 0) & (first + num_chunks <= prefix)),
                  f"its token's chunks would lie outside the first {prefix} units (those of tokens of more than one "
                  "chunk)")
+    if table.info.shape[0] == 0 and METHOD_ROWS[method].bucket_rows:
+        raise ValueError(f"method={method!r} reads the bucket rows, and buckets.info has none (a table built without "
+                         "them); build the table with make_buckets(inp, C, dtype, V=V)")
+    in_groups = np.bincount(c_group, weights=table.info[:, 1].astype(np.float64), minlength=groups)
+    if table.info.shape[0] and (in_groups != BT).any():
+        g = int(np.flatnonzero(in_groups != BT)[0])
+        raise ValueError(f"buckets.info's buckets of channel group {g} hold {int(in_groups[g])} positions, but inp has "
+                         f"B*T = {BT}; build the table with make_buckets(inp, C, dtype, V=V)")
+    in_units = int(units[chunk == 0, 3].sum())
+    if in_units != BT:
+        raise ValueError(f"buckets.units's tokens hold {in_units} positions, but inp has B*T = {BT}; build the "
+                         "table with make_buckets(inp, C, dtype, V=V)")
 
 
 def bucket_args(inp, C, dtype, check_ids: bool = True) -> tuple[int, int, np.dtype]:

@@ -69,6 +69,8 @@ EDITS = {
     "units chunk -1": lambda t: _edit(t, "units", 0, 1, -1),
     "multi-chunk units not first": _reordered_units,
     "multi-chunk unit's token outside the prefix": _chunk_moved,
+    "info bucket dropped": lambda t: replace(t, info=np.ascontiguousarray(t.info[1:])),
+    "units size changed": lambda t: _edit(t, "units", 2, 3, 3),
 }
 
 
@@ -134,3 +136,22 @@ def test_table_edited_while_the_call_waits_is_checked(rng):
     thread.join(timeout=30)
     assert errors and "buckets.units" in str(errors[0]), errors
     assert compare.bitwise_equal(dwte, dwte0) and compare.bitwise_equal(dwpe, dwpe0)
+
+
+def test_table_without_bucket_rows(rng):
+    """A host table without its bucket rows: refused for the bucketed method, which reads them; the chunked method's
+    bits for the chunked one."""
+    inp = _ids(rng)
+    table = enc.make_buckets(inp, C, np.float32)
+    no_rows = replace(table, info=np.empty((0, 4), np.int32))
+    dwte0 = rng.standard_normal((V, C)).astype(np.float32)
+    dwpe0 = rng.standard_normal((T, C)).astype(np.float32)
+    dout = rng.standard_normal((B, T, C)).astype(np.float32)
+    dwte, dwpe = dwte0.copy(), dwpe0.copy()
+    with pytest.raises(ValueError, match="reads the bucket rows, and buckets.info has none"):
+        enc.encoder_backward(dwte, dwpe, dout, inp, seed=9, method="bucketed", buckets=no_rows, check_ids=False)
+    assert compare.bitwise_equal(dwte, dwte0) and compare.bitwise_equal(dwpe, dwpe0)
+    expected_te, expected_pe = dwte0.copy(), dwpe0.copy()
+    enc.encoder_backward(expected_te, expected_pe, dout, inp, seed=9, method="chunked")
+    enc.encoder_backward(dwte, dwpe, dout, inp, seed=9, method="chunked", buckets=no_rows, check_ids=False)
+    assert compare.bitwise_equal(dwte, expected_te) and compare.bitwise_equal(dwpe, expected_pe)
