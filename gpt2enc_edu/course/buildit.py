@@ -1,23 +1,24 @@
-"""Build-it exercises: the learner writes a kernel; the check runs it and compares it with the mirror.
+"""Build-it exercises: the learner writes a kernel; the graded check runs it and compares it with the mirror.
 
 ``check(exercise, kernel)`` takes either
 
-* a per-thread Python kernel (a function ``kernel(cuda, ...)`` with the real kernel's arguments, run by
-  ``grid.launch`` through the ``perthread.launch_*`` functions with the real launch shape), which works
-  everywhere; or
+* a per-thread Python kernel (a function ``kernel(cuda, ...)`` with the real kernel's arguments, run by the
+  grid emulator through ``launchers`` with the real launch shape), which works everywhere; or
 * CUDA source (the body that goes into ``skeletons.skeleton(exercise)``'s gap, or the whole file), which
   ``buildit_cuda`` compiles with the package's own loader and launches on the GPU.
 
+Either way the kernel runs in a separate process (``grading`` says how, and what that defends against).
 Exercises: ``"forward"``, ``"atomic"`` (the fp32 atomic backward), ``"wpe"`` and ``"wte_bucketed"``.
-Every check draws its problems when it runs (fresh seeds, plus the adversarial shapes: B=1, T < maxT,
-C=8, one token 3000 times, all ids distinct, C not a multiple of the channel group), computes what is
-expected with the NumPy mirror at that moment, and compares bit for bit. The atomic kernel is the
-exception: the order of its adds is decided at run time, so its bits cannot be predicted; it must lie
-within ``compare.error_bound`` of the float64 reference instead (and leave untouched rows untouched).
+Every check draws its problems when it runs, shapes included (random ones, then the adversarial kinds:
+B = 1 with T < maxT, odd sizes, one token hundreds of times, all ids distinct, C ending inside a channel group;
+on the GPU two GPT-2-sized ones), computes what is expected with the NumPy mirror after the kernel ran, and
+compares bit for bit. The atomic kernel is the exception: the order of its adds is decided at run time, so
+its bits cannot be predicted; it must lie within ``compare.error_bound`` of the float64 reference instead
+(and leave untouched rows untouched).
 
-On a failure the returned ``Verdict`` holds the wrong elements, the threads that own them and the first
-wrong element's bits; ``Verdict.show()`` draws them. Nothing here holds an answer: the expectations are
-computed from the inputs drawn at check time.
+On a wrong result the returned ``Verdict`` holds the wrong elements, the threads that own them and the first
+wrong element's bits; on a hazard (race, divergent barrier, fault) the emulator's picture of the block;
+``Verdict.show()`` draws either.
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ from ..compare import error_bound
 from ..layout import BLOCK_SIZE, c_per_group, pack_size
 from ..problems import Problem, poisoned, random_problem
 from ..rounding import bfloat16
-from . import perthread
-from .grid import BarrierHazard, KernelFault
-from .skeletons import GAP_MARK, KERNEL_EXERCISES
+from .grading import grade
+from .skeletons import KERNEL_EXERCISES
+from .specs import Case
 from .verdict import Verdict, elementwise_owner
 
 TITLES = {
@@ -58,33 +59,47 @@ def _with_ids(p: Problem, inp: np.ndarray) -> Problem:
     return replace(p, inp=np.ascontiguousarray(inp, dtype=np.int32))
 
 
+def _channels(rng, dtype, low: int = 1, high: int = 7) -> int:
+    return pack_size(dtype) * int(rng.integers(low, high))
+
+
 def draw_cases(exercise: str, rng, *, large: bool = False) -> list[tuple[str, Problem]]:
-    """The problems of one check, drawn now from ``rng``: random shapes and ids, then the adversarial ones.
+    """The problems of one check, drawn now from ``rng``: random shapes and ids, then the adversarial kinds (each
+    with shapes drawn too, so no shape is known before the check runs: a kernel right only at some shapes fails).
 
     ``large`` adds GPT-2-sized problems (for the GPU, where they cost nothing).
     """
+    def draw(label, B, T, C, V, dtype=bfloat16, extra_t=None, ids="uniform"):
+        maxT = T + (int(rng.integers(1, 5)) if extra_t is None else extra_t)
+        cases.append((label, random_problem(B, T, C, V, maxT=maxT, dtype=dtype, ids=ids, rng=rng)))
+
+    # The per-thread bucketed kernel runs a block of 256 threads per bucket: few distinct tokens keep it quick.
+    v_high = 8 if exercise == "wte_bucketed" else 40
     cases = []
     for dtype in (bfloat16, np.float32):
-        size = pack_size(dtype)
-        B, T = int(rng.integers(2, 4)), int(rng.integers(3, 13))
-        C = size * int(rng.integers(2, 7))
-        V = int(rng.integers(5, 40))
-        p = random_problem(B, T, C, V, maxT=T + int(rng.integers(0, 4)), dtype=dtype,
-                           ids=str(rng.choice(["uniform", "zipf"])), rng=rng)
-        cases.append((f"random {np.dtype(dtype).name}", p))
-    cases.append(("B=1, T < maxT", random_problem(1, 5, 8, 11, maxT=9, rng=rng)))
-    cases.append(("C=8", random_problem(3, 4, 8, 7, rng=rng)))
-    one = random_problem(3, 1000, 8, 5, rng=rng)
-    cases.append(("one token 3000 times", _with_ids(one, np.full((3, 1000), rng.integers(0, 5)))))
-    distinct = random_problem(2, 16, 16, 64, rng=rng)
-    cases.append(("all ids distinct (one-item buckets)", _with_ids(distinct, rng.permutation(64)[:32].reshape(2, 16))))
+        draw(f"random {np.dtype(dtype).name}", int(rng.integers(2, 4)), int(rng.integers(3, 13)),
+             _channels(rng, dtype, 2, 7), int(rng.integers(3, v_high)), dtype, int(rng.integers(0, 4)),
+             str(rng.choice(["uniform", "zipf"])))
+    draw("B=1, T < maxT", 1, int(rng.integers(2, 10)), _channels(rng, bfloat16, 1, 4), int(rng.integers(3, v_high)))
+    draw("odd sizes", int(rng.integers(1, 4)), int(rng.integers(1, 8)) * 2 + 1, 8 * (2 * int(rng.integers(1, 4)) + 1),
+         int(rng.integers(1, v_high // 2)) * 2 + 1)
+    B, T = int(rng.integers(2, 4)), int(rng.integers(150, 300))
+    draw("one token hundreds of times", B, T, 8, int(rng.integers(3, 9)))
+    label, one = cases[-1]
+    cases[-1] = (label, _with_ids(one, np.full((B, T), rng.integers(0, one.V))))
+    B, T = int(rng.integers(1, 3)), int(rng.integers(2, 4 if exercise == "wte_bucketed" else 20))
+    draw("all ids distinct (one-item buckets)", B, T, 16, B * T + int(rng.integers(0, 30)))
+    label, distinct = cases[-1]
+    cases[-1] = (label, _with_ids(distinct, rng.permutation(distinct.V)[: B * T].reshape(B, T)))
     if exercise == "wte_bucketed":
-        cases.append(("C=776 (lanes past C in the last group)", random_problem(2, 3, 776, 4, rng=rng)))
-        cases.append(("fp32, C=260", random_problem(2, 5, 260, 6, dtype=np.float32, rng=rng)))
-    if large:  # the vocabulary cut to 8192 rows, as in the notebooks: the host-side expectation stays quick
+        draw("C ends inside a channel group (lanes past C)", int(rng.integers(1, 3)), int(rng.integers(2, 5)),
+             8 * (32 + int(rng.integers(1, 32))), 3)
+        draw("fp32, C ends inside a group", 2, int(rng.integers(2, 6)), 4 * (32 + int(rng.integers(1, 32))), 3,
+             np.float32)
+    if large:  # the vocabulary cut below 50257 rows: the host-side expectation stays quick
         for dtype in (bfloat16, np.float32):
-            cases.append((f"GPT-2 size, Zipf ids, {np.dtype(dtype).name}",
-                          random_problem(4, 1024, 768, 8192, dtype=dtype, ids="zipf", rng=rng)))
+            draw(f"GPT-2 size, Zipf ids, {np.dtype(dtype).name}", int(rng.integers(1, 9)), int(rng.integers(64, 1025)),
+                 768, int(rng.integers(4096, 16385)), dtype, int(rng.integers(0, 64)), "zipf")
     return cases
 
 
@@ -109,25 +124,6 @@ def expected(exercise: str, p: Problem, seed: int, table: BucketTable | None) ->
         mirror.encoder_backward_wte_bucketed(dwte, table, p.dout, p.C, seed)
         return {"dwte": dwte}
     raise ValueError(f"no bitwise expectation for {exercise!r}")
-
-
-def run_perthread(exercise: str, kernel, p: Problem, seed: int, table: BucketTable | None, rng):
-    """Run the learner's per-thread kernel on ``p`` with the real launch shape; tensor name -> result."""
-    if exercise == "forward":
-        out = poisoned((p.B, p.T, p.C), p.dtype)
-        perthread.launch_forward(kernel, out, p.inp, p.wte, p.wpe, rng=rng)
-        return {"out": out}
-    if exercise == "wpe":
-        dwpe = p.dwpe.copy()
-        perthread.launch_backward_wpe(kernel, dwpe, p.dout, seed, rng=rng)
-        return {"dwpe": dwpe}
-    if exercise == "wte_bucketed":
-        dwte = p.dwte.copy()
-        perthread.launch_backward_wte_bucketed(kernel, dwte, table, p.dout, seed, rng=rng)
-        return {"dwte": dwte}
-    dwte, dwpe = p.dwte.copy(), p.dwpe.copy()
-    perthread.launch_backward_atomic(kernel, dwte, dwpe, p.dout, p.inp, rng=rng)
-    return {"dwte": dwte, "dwpe": dwpe}
 
 
 def owners(exercise: str, name: str, p: Problem, table: BucketTable | None):
@@ -185,67 +181,50 @@ def compare_case(exercise: str, label: str, p: Problem, table, got: dict, want: 
     return None
 
 
-def _is_open(kernel) -> bool:
-    return kernel is None or (isinstance(kernel, str) and (GAP_MARK in kernel or not kernel.strip()))
+class BuildIt:
+    """One kernel exercise as ``grading.grade`` runs it: its problems and its comparison."""
+
+    has_cuda = True
+
+    def __init__(self, name: str):
+        self.name, self.title, self.hint = name, TITLES[name], HINTS[name]
+        self.how = ("within the error bound of the float64 reference (the order of atomic adds changes from run to "
+                    "run, so no fixed bits can be asked)" if name == "atomic" else "bit for bit equal to the mirror")
+
+    def cases(self, rng, gpu: bool) -> list[Case]:
+        out = []
+        for i, (label, p) in enumerate(draw_cases(self.name, rng, large=gpu)):
+            seed = int(rng.integers(0, 2**32))
+            table = build_bucket_table(p.inp, p.C, p.dtype) if self.name == "wte_bucketed" else None
+            arrays = {"forward": {"inp": p.inp, "wte": p.wte, "wpe": p.wpe, "out": poisoned((p.B, p.T, p.C), p.dtype)},
+                      "atomic": {"dout": p.dout, "inp": p.inp, "dwte": p.dwte, "dwpe": p.dwpe},
+                      "wpe": {"dout": p.dout, "dwpe": p.dwpe},
+                      "wte_bucketed": {"dout": p.dout, "dwte": p.dwte}}[self.name]
+            scalars = {} if self.name in ("forward", "atomic") else {"seed": seed}
+            if table is not None:
+                arrays.update(info=table.info, bt_list=table.bt_list)
+                scalars["num_buckets"] = int(table.num_buckets)
+            runs = 2 if self.name != "atomic" and (gpu or i < 2) else 1
+            out.append(Case(label, arrays, scalars, runs, {"p": p, "seed": seed, "table": table}, describe(p)))
+        return out
+
+    def compare(self, case: Case, got: dict, against: dict | None = None) -> Verdict | None:
+        """A failing verdict for ``got`` (against the expectation, computed now, or against another run)."""
+        p, seed, table = case.problem["p"], case.problem["seed"], case.problem["table"]
+        if against is None and self.name != "atomic":
+            if "want" not in case.problem:
+                case.problem["want"] = expected(self.name, p, seed, table)
+            against = case.problem["want"]
+        return compare_case(self.name, case.label, p, table, got, against)
 
 
-def check(exercise: str, kernel, *, rng=None, show: bool = False, time_it: bool = True) -> Verdict:
-    """Run ``kernel`` (per-thread Python or CUDA source) on freshly drawn problems; print and return the verdict.
-
-    ``show`` draws the failure picture. ``time_it`` (CUDA only) times a passing kernel next to the package's.
-    """
+def check(exercise: str, kernel, *, show: bool = False, time_it: bool = True) -> Verdict:
+    """The graded check of ``kernel`` (per-thread Python or CUDA source) on problems drawn now, in a separate
+    process (``grading``); prints and returns the verdict. ``show`` draws the failure picture. ``time_it`` (CUDA
+    only) times a passing kernel next to the package's."""
     if exercise not in KERNEL_EXERCISES:
         raise ValueError(f"exercise must be one of {sorted(KERNEL_EXERCISES)}, got {exercise!r}")
-    rng = np.random.default_rng() if rng is None else rng
-    cuda_source = isinstance(kernel, str) or kernel is None
-    form = "CUDA" if cuda_source else "per-thread Python"
-    title = f"Build it ({form}): {TITLES[exercise]}"
-    if _is_open(kernel):
-        print(f"{title}: not done yet - hint: {HINTS[exercise]}")
-        return Verdict(exercise, False, "not done yet")
-    runner = None
-    if cuda_source:
-        from ..loader import KernelCompileError
-        from . import buildit_cuda
-
-        try:
-            runner = buildit_cuda.Runner.create(exercise, kernel)
-        except KernelCompileError as exc:
-            print(f"{title}: your kernel does not compile.\n{exc}")
-            return Verdict(exercise, False, str(exc))
-        if runner is None:
-            return Verdict(exercise, False, "no GPU")
-    cases = draw_cases(exercise, rng, large=cuda_source)
-    for label, p in cases:
-        seed = int(rng.integers(0, 2**32))
-        table = build_bucket_table(p.inp, p.C, p.dtype) if exercise == "wte_bucketed" else None
-        try:
-            if cuda_source:
-                got = runner.run(p, seed, table)
-            else:
-                got = run_perthread(exercise, kernel, p, seed, table, rng)
-        except NotImplementedError:
-            print(f"{title}: not done yet - hint: {HINTS[exercise]}")
-            return Verdict(exercise, False, "not done yet")
-        except (BarrierHazard, KernelFault) as exc:
-            print(f"{title}: FAILED on case '{label}' ({describe(p)}):\n  {exc}")
-            return Verdict(exercise, False, str(exc), label)
-        want = None if exercise == "atomic" else expected(exercise, p, seed, table)
-        verdict = compare_case(exercise, label, p, table, got, want)
-        if verdict is not None:
-            print(f"{title}: FAILED on case '{label}' ({describe(p)}): {verdict.message}.\n  "
-                  f"{verdict.describe_first_wrong()}")
-            if show:
-                verdict.show()
-            return verdict
-    how = ("within the error bound of the float64 reference (the order of atomic adds changes from run to run, "
-           "so no fixed bits can be asked)" if exercise == "atomic" else "bit for bit equal to the NumPy mirror")
-    print(f"{title}: correct - {len(cases)} problems drawn just now ({', '.join(label for label, _ in cases)}), "
-          f"{how}.")
-    verdict = Verdict(exercise, True, "correct")
-    if runner is not None and time_it:
-        verdict.timings = runner.time_against_package(rng)
-    return verdict
+    return grade(BuildIt(exercise), kernel, show=show, time_it=time_it)
 
 
 def check_forward(kernel, **kwargs) -> Verdict:

@@ -1,9 +1,10 @@
 """The GPU side of the build-it exercises: compile the learner's CUDA, launch it like the real kernel, time it.
 
-The learner's source goes through ``loader.compile_source``, so it sees exactly the package's headers
-(``common.cuh``), NVRTC options and ``-DENC_FP32`` switch; it is launched with the grid and block math of
-``gpt2enc_edu/cuda.py`` (restated here for a kernel that is not the package's; ``tests/test_course_buildit.py``
-runs the package's own kernels through this runner to keep the two in step).
+This runs in the grading process (``grade_child``), on a source the checker has already passed through
+``cudasource.prepare``. The source goes through ``loader.compile_source``, so it sees exactly the package's
+headers (``common.cuh``), NVRTC options and ``-DENC_FP32`` switch; it is launched with the grid and block math
+of ``gpt2enc_edu/cuda.py`` (restated here for a kernel that is not the package's; ``tests/test_course_buildit.py``
+runs the package's own kernel files through the graded check to keep the two in step).
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..layout import BLOCK_SIZE, WTE_BLOCK_SIZE, ceil_div, pack_size
-from ..loader import CudaUnavailableError, compile_source, cupy_module, get_kernel, launch
-from ..problems import Problem, poisoned, random_problem
+from ..loader import compile_source, cupy_module, get_kernel, launch
+from ..problems import poisoned, random_problem
 from ..rounding import bfloat16, to_bf16_nearest
-from .skeletons import KERNEL_EXERCISES, fill
+from .skeletons import KERNEL_EXERCISES
 
 
 class Runner:
@@ -27,95 +28,91 @@ class Runner:
 
     @classmethod
     def create(cls, exercise: str, source: str):
-        """Compile ``source`` (a body for the skeleton's gap, or a whole file); None, saying why, without a GPU."""
-        try:
-            cupy_module()
-        except CudaUnavailableError as exc:
-            print(f"The CUDA form of this exercise needs a GPU ({exc}); the per-thread Python form runs here.")
-            return None
+        """Compile the whole ``source`` for both storage dtypes (``CudaUnavailableError`` without a GPU,
+        ``KernelCompileError`` with NVRTC's log)."""
+        cupy_module()
         spec = KERNEL_EXERCISES[exercise]
-        full = fill(exercise, source)
         functions = {}
         for dtype in (bfloat16, np.float32):
-            module = compile_source(full, dtype, label=f"your {spec.file}")
+            module = compile_source(source, dtype, label=f"your {spec.file}")
             functions[np.dtype(dtype).name] = module.get_function(spec.kernel)
         return cls(exercise, functions)
 
-    def _launch(self, function, p: Problem, seed: int, table, arrays: dict) -> None:
-        """One launch of ``function`` on the device ``arrays`` with the real kernel's grid and block."""
-        B, T, C = p.B, p.T, p.C
-        size = pack_size(p.dtype)
+    def _launch(self, function, shape: tuple, scalars: dict, d: dict) -> None:
+        """One launch of ``function`` on the device arrays ``d`` with the real kernel's grid and block."""
+        B, T, C, size = shape
         if self.exercise == "forward":
             launch(function, ceil_div(B * T * C // size, BLOCK_SIZE), BLOCK_SIZE,
-                   (arrays["out"], arrays["inp"], arrays["wte"], arrays["wpe"], np.int32(B), np.int32(T), np.int32(C)))
+                   (d["out"], d["inp"], d["wte"], d["wpe"], np.int32(B), np.int32(T), np.int32(C)))
         elif self.exercise == "wpe":
             launch(function, ceil_div(T * C // size, BLOCK_SIZE), BLOCK_SIZE,
-                   (arrays["dwpe"], arrays["dout"], np.int32(B), np.int32(T), np.int32(C), np.uint32(seed)))
+                   (d["dwpe"], d["dout"], np.int32(B), np.int32(T), np.int32(C), np.uint32(scalars["seed"])))
         elif self.exercise == "atomic":
             launch(function, ceil_div(B * T * C // size, BLOCK_SIZE), BLOCK_SIZE,
-                   (arrays["dwte32"], arrays["dwpe32"], arrays["dout"], arrays["inp"], np.int32(B), np.int32(T),
-                    np.int32(C)))
+                   (d["dwte32"], d["dwpe32"], d["dout"], d["inp"], np.int32(B), np.int32(T), np.int32(C)))
         else:
-            launch(function, int(table.num_buckets), WTE_BLOCK_SIZE,
-                   (arrays["dwte"], arrays["info"], arrays["bt_list"], arrays["dout"], arrays["num_buckets"],
-                    np.int32(C), np.uint32(seed)))
+            launch(function, max(int(scalars["num_buckets"]), 1), WTE_BLOCK_SIZE,
+                   (d["dwte"], d["info"], d["bt_list"], d["dout"], d["num_buckets"], np.int32(C),
+                    np.uint32(scalars["seed"])))
 
-    def _device_arrays(self, p: Problem, table) -> dict:
+    def _device_arrays(self, arrays: dict, scalars: dict) -> tuple[tuple, dict]:
         cupy = cupy_module()
-        arrays = {name: cupy.asarray(getattr(p, name)) for name in ("inp", "wte", "wpe", "dout", "dwte", "dwpe")}
-        if self.exercise == "forward":
-            arrays["out"] = poisoned((p.B, p.T, p.C), p.dtype, xp=cupy)
+        d = {name: cupy.asarray(a) for name, a in arrays.items()}
         if self.exercise == "atomic":
-            arrays["dwte32"] = cupy.asarray(p.dwte.astype(np.float32))
-            arrays["dwpe32"] = cupy.asarray(p.dwpe.astype(np.float32))
-        if table is not None:
-            arrays["info"] = cupy.asarray(table.info)
-            arrays["bt_list"] = cupy.asarray(table.bt_list)
-            arrays["num_buckets"] = cupy.asarray(np.array([table.num_buckets], dtype=np.int32))
-        return arrays
-
-    def run(self, p: Problem, seed: int, table, function=None) -> dict:
-        """Launch the learner's kernel (or ``function``) on ``p``; tensor name -> result on the host."""
-        cupy = cupy_module()
-        arrays = self._device_arrays(p, table)
-        self._launch(function or self.functions[p.dtype.name], p, seed, table, arrays)
-        cupy.cuda.Device().synchronize()
-        if self.exercise == "forward":
-            return {"out": arrays["out"].get()}
-        if self.exercise == "wpe":
-            return {"dwpe": arrays["dwpe"].get()}
+            d["dwte32"] = cupy.asarray(arrays["dwte"].astype(np.float32))
+            d["dwpe32"] = cupy.asarray(arrays["dwpe"].astype(np.float32))
         if self.exercise == "wte_bucketed":
-            return {"dwte": arrays["dwte"].get()}
-        dwte32, dwpe32 = arrays["dwte32"].get(), arrays["dwpe32"].get()
-        if p.dtype == bfloat16:  # bf16 storage: round the fp32 sums back once, as the package does
-            return {"dwte": to_bf16_nearest(dwte32), "dwpe": to_bf16_nearest(dwpe32)}
-        return {"dwte": dwte32, "dwpe": dwpe32}
+            d["num_buckets"] = cupy.asarray(np.array([scalars["num_buckets"]], dtype=np.int32))
+        dtype = arrays["dout" if "dout" in arrays else "wte"].dtype
+        B, T = arrays["dout"].shape[:2] if "dout" in arrays else arrays["inp"].shape
+        C = arrays["dout" if "dout" in arrays else "wte"].shape[-1]
+        return (B, T, C, pack_size(dtype)), d
+
+    def run(self, arrays: dict, scalars: dict, function=None) -> dict:
+        """Launch the learner's kernel (or ``function``) on host ``arrays``; output name -> result on the host."""
+        cupy = cupy_module()
+        shape, d = self._device_arrays(arrays, scalars)
+        dtype = arrays["dout" if "dout" in arrays else "wte"].dtype
+        self._launch(function or self.functions[dtype.name], shape, scalars, d)
+        cupy.cuda.Device().synchronize()
+        if self.exercise == "atomic":
+            dwte32, dwpe32 = d["dwte32"].get(), d["dwpe32"].get()
+            if dtype == bfloat16:  # bf16 storage: round the fp32 sums back once, as the package does
+                return {"dwte": to_bf16_nearest(dwte32), "dwpe": to_bf16_nearest(dwpe32)}
+            return {"dwte": dwte32, "dwpe": dwpe32}
+        name = {"forward": "out", "wpe": "dwpe", "wte_bucketed": "dwte"}[self.exercise]
+        return {name: d[name].get()}
 
     def package_function(self, dtype):
         """The package's own kernel for this exercise (compiled from ``kernels/``)."""
         return get_kernel(self.spec.file, self.spec.kernel, dtype)
 
-    def time_against_package(self, rng, *, repeats: int = 20) -> dict:
+    def time_against_package(self, *, repeats: int = 20) -> dict:
         """Median time (microseconds, CUDA events) of the learner's kernel and the package's on a GPT-2-sized
         bf16 problem (B=8, T=1024, C=768, Zipf ids, V=8192); printed and returned."""
         from ..buckets import build_bucket_table
 
         cupy = cupy_module()
-        p = random_problem(8, 1024, 768, 8192, ids="zipf", rng=rng)
-        table = build_bucket_table(p.inp, p.C, p.dtype) if self.exercise == "wte_bucketed" else None
-        arrays = self._device_arrays(p, table)
+        p = random_problem(8, 1024, 768, 8192, ids="zipf")
+        arrays = {name: getattr(p, name) for name in ("inp", "wte", "wpe", "dout", "dwte", "dwpe")}
+        scalars = {"seed": 1234}
+        if self.exercise == "forward":
+            arrays["out"] = poisoned((p.B, p.T, p.C), p.dtype)
+        if self.exercise == "wte_bucketed":
+            table = build_bucket_table(p.inp, p.C, p.dtype)
+            arrays.update(info=table.info, bt_list=table.bt_list)
+            scalars["num_buckets"] = int(table.num_buckets)
+        shape, d = self._device_arrays(arrays, scalars)
         times = {}
         for name, function in (("yours", self.functions[p.dtype.name]), ("package", self.package_function(p.dtype))):
             start, stop = cupy.cuda.Event(), cupy.cuda.Event()
             samples = []
             for i in range(repeats + 2):
                 start.record()
-                self._launch(function, p, 1234, table, arrays)
+                self._launch(function, shape, scalars, d)
                 stop.record()
                 stop.synchronize()
                 if i >= 2:
                     samples.append(cupy.cuda.get_elapsed_time(start, stop) * 1000.0)
             times[name] = float(np.median(samples))
-        print(f"Time on {p.B}x{p.T}x{p.C} bf16, Zipf ids (median of {repeats}): your kernel {times['yours']:.1f} us, "
-              f"the package's {times['package']:.1f} us.")
         return times

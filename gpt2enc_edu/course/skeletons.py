@@ -113,12 +113,20 @@ def skeleton(exercise: str) -> str:
     return source
 
 
-def fill(exercise: str, body: str) -> str:
-    """The whole source: ``body`` in the gap of ``skeleton(exercise)``. A full file (with ``__global__``) is
-    returned as it is."""
-    if "__global__" in body:
-        return body
+def gap_offset(exercise: str, body: str) -> tuple[int, str]:
+    """``(lines, source)``: ``body`` put verbatim in place of the gap's marker line and notes (its line 1 is
+    line ``lines + 1`` of ``source``, so compiler messages can be mapped back to the learner's lines)."""
     gap = skeleton(exercise)
-    start = gap.index(GAP_MARK)
+    start = gap.rindex("\n", 0, gap.index(GAP_MARK)) + 1  # the start of the marker's line
     end = gap.index("\n}", start) + 1  # the kernel's closing brace (the notes may hold braces too)
-    return gap[:start] + body.strip("\n").lstrip() + "\n" + gap[end:]
+    return gap[:start].count("\n"), gap[:start] + body.rstrip() + "\n" + gap[end:]
+
+
+def fill(exercise: str, body: str) -> str:
+    """The whole source: ``body`` in the gap of ``skeleton(exercise)``. A whole file (with ``__global__`` in its
+    code, not only in a comment) is returned as it is."""
+    from .cudasource import is_whole_file
+
+    if is_whole_file(body):
+        return body
+    return gap_offset(exercise, body)[1]

@@ -1,10 +1,11 @@
 """The verdict on a learner's kernel: which output elements are wrong, which threads own them, and a picture.
 
-A ``Verdict`` is what ``buildit.check_*`` returns: true when the kernel passed. On a failure it holds the
+A ``Verdict`` is what ``buildit.check_*`` returns: true when the kernel passed. On a wrong result it holds the
 expected and actual values of the tensor that went wrong (as 2-D arrays: rows x channels), the mask of
 wrong elements, and for each element the block and thread of the real kernel's launch that owns it (-1
 where no single thread does: rows nobody writes, or elements that many threads add into with atomics).
-``show()`` draws the wrong elements on that thread map (matplotlib is imported only there).
+On a hazard (a race, a divergent barrier, a fault) it holds ``fault``, the emulator's picture of the failing
+block: its threads by role. ``show()`` draws whichever it has (matplotlib is imported only there).
 """
 
 from __future__ import annotations
@@ -52,6 +53,13 @@ class Verdict:
     thread: np.ndarray | None = None  #: (rows, C) owning thread of that block, -1 for none
     row_names: list = field(default_factory=list)
     timings: dict = field(default_factory=dict)  #: name -> microseconds, on a GPU success
+    status: str = ""  #: "correct", "failed", "not done", "refused" or "no GPU"
+    detail: str = ""  #: a compiler log, a traceback, or the cases of a pass
+    fault: dict = field(default_factory=dict)  #: a hazard's picture (``grid_memory.picture``)
+    description: str = ""  #: the failing case's shapes
+    form: str = ""  #: "per-thread Python" or "CUDA"
+    seconds: float = 0.0  #: how long the graded run took
+    printed: str = ""  #: what the kernel printed (its last lines)
 
     def __bool__(self) -> bool:
         return self.passed
@@ -83,7 +91,10 @@ class Verdict:
                 + (f", {ulps:+d} ulps" if ulps is not None and np.isfinite(float(got)) else ""))
 
     def show(self, *, max_rows: int = 16, ax=None):
-        """Draw the wrong elements (red crosses) on the owner-thread map; does nothing on a pass."""
+        """Draw the wrong elements (red crosses) on the owner-thread map, or a hazard's threads by role; does
+        nothing on a pass."""
+        if self.fault:
+            return draw_hazard(self.fault, f"{self.exercise}, {self.case}" if self.case else self.exercise, ax=ax)
         if self.passed or self.wrong is None:
             return None
         import matplotlib.pyplot as plt
@@ -113,3 +124,34 @@ class Verdict:
                      f"{self.tensor} wrong (shade = owning thread; rows with a wrong element)", fontsize=9)
         ax.legend(fontsize=8, loc="upper right")
         return ax
+
+
+def draw_hazard(fault: dict, title: str, *, ax=None):
+    """Draw a hazard's block as a thread map (one row per warp, one column per lane), each thread coloured by
+    its role (``fault["roles"]``: role -> thread indices); the array and elements involved in the title."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    size = max(int(fault.get("block_size") or 32), 1)
+    warps = -(-size // 32)
+    roles = list(fault.get("roles", {}).items())
+    role_of = np.full(warps * 32, np.nan)
+    for k, (_, threads) in enumerate(roles):
+        role_of[[t for t in threads if 0 <= t < warps * 32]] = k
+    role_of[size:] = np.nan
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 0.32 * warps + 1.8), dpi=80, layout="constrained")
+    colours = plt.get_cmap("tab10")
+    shade = np.ma.masked_invalid(role_of.reshape(warps, 32))
+    ax.imshow(np.zeros((warps, 32)), cmap="Greys", vmin=0, vmax=4, aspect="auto")
+    ax.imshow(shade, cmap=colours, vmin=0, vmax=9, aspect="auto", interpolation="nearest")
+    ax.set_xticks(range(0, 32, 4))
+    ax.set_yticks(range(warps), [f"warp {w}" for w in range(warps)])
+    ax.set_xlabel("lane (thread = 32 * warp + lane)")
+    ax.legend(handles=[Patch(color=colours(k), label=f"{role} ({len(ts)} thread{'s' if len(ts) != 1 else ''})")
+                       for k, (role, ts) in enumerate(roles)], fontsize=8, loc="upper left",
+              bbox_to_anchor=(1.01, 1.0))
+    what = f"; {fault['array']}[{', '.join(map(str, fault['elements'][:8]))}]" if fault.get("array") and \
+        fault.get("elements") else ""
+    ax.set_title(f"{title}: block {fault.get('block', '?')}{what} (grey: threads with no part in it)", fontsize=9)
+    return ax
