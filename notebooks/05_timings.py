@@ -240,16 +240,17 @@ if rows:
 # **gathers**: each thread first waits for its ids, then for rows of 1.5 KB at addresses the ids pick, and only
 # then stores.
 #
-# *Measured* (`docs/experiments.md`, the section on the forward; H200, B=64): a memset, and a store-only kernel
-# with the forward's thread map, write the output at about the copy rate; the forward with **every id equal**,
-# which writes the same bytes but reads almost nothing, is already clearly slower than they are; on uniform ids
-# Nsight Compute counts more bytes read from DRAM than the distinct rows hold (rows evicted from L2 between two
-# uses are read twice); cache hints, other thread maps and maps that keep loads and stores in flight together
-# gained at most a microsecond or two.
+# *Measured* (`docs/experiments.md`, section "Forward", B=64, on the H200 and an H100): the forward with **every
+# id equal**, which writes the same output but reads almost nothing, runs at about nine tenths of the copy rate,
+# not all of it: that is the ceiling of this write-dominated mix, so even a perfect gather would not reach 100 %
+# of this floor. On uniform ids Nsight Compute counts more bytes read from DRAM than the distinct rows hold (rows
+# evicted from L2 between two uses are read twice). Other thread maps, cache hints, and maps that keep loads and
+# stores in flight together gained at most a microsecond or two.
 #
-# *Inferred*, not measured directly: the rest of the gap is the gathers themselves. A thread's loads and its
-# stores come one after the other, so fewer bytes are in flight than in a copy, which streams both at once;
-# and scattered 1.5 KB rows, some read twice, cost more than a contiguous read of the same size.
+# *Inferred*, not measured directly: the rest of the gap, from about nine tenths down to the seven tenths the cell
+# above prints, is the gathers themselves. A thread's loads and its stores come one after the other, so fewer
+# bytes are in flight than in a copy, which streams both at once; and scattered 1.5 KB rows, some read twice, cost
+# more than a contiguous read of the same size.
 #
 # ## 5. PyTorch against the same floor (core)
 #

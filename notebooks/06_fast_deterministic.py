@@ -420,8 +420,10 @@ if bench_b1:
           + ", ".join(f"{kind} {us:.1f} us" for kind, us in bench_b1.items()))
 
 # %% [markdown]
-# The difference, a few microseconds, is what a lone launch and cold reads cost (an inference: neither is timed on
-# its own here; `docs/experiments.md` measures what the bench's timer adds to a launch sequence).
+# Most of the difference is what the bench's timer adds to any call: `docs/experiments.md` ("What a timed call
+# holds besides the kernels") times a kernel of one thread the bench's way, and it takes about as long as the gap
+# between the two lines above; the cold reads of the ids add a little (the same section times the table with and
+# without the flush).
 #
 # ## 7. Skew against measured time (core)
 #
