@@ -194,7 +194,7 @@ def encoder_backward(dwte, dwpe, dout, inp, *positional, seed=validate.SEED_REQU
         dims, seed = validate.backward_args(dwte, dwpe, dout, inp, seed, method, check_ids, bucketing)
         if buckets is not None:
             validate.check_buckets(buckets, dims, method, bucketing)
-            buckets = _own_table(buckets, dims, method)
+            buckets = _own_table(buckets, dims, method, {"dwte": dwte, "dwpe": dwpe})
             if check_ids:
                 _check_table_of_ids(buckets, inp, dims, method)
         if dims.backend == "cuda":
@@ -206,11 +206,14 @@ def encoder_backward(dwte, dwpe, dout, inp, *positional, seed=validate.SEED_REQU
         _commit({"dwte": (dwte, new_dwte), "dwpe": (dwpe, new_dwpe)})
 
 
-def _own_table(table, dims, method: str):
+def _own_table(table, dims, method: str, outputs: dict):
     """The table the call runs on: a host ``BucketTable`` copied (its arrays are small) and its contents range-checked
     (``validate.check_table_contents``), with or without ``check_ids``, so nothing can change it after the check; a
-    ``DeviceBucketTable`` as it is (reading it would need a sync: its contract is in docs/reliability.md)."""
+    ``DeviceBucketTable`` as it is, once its arrays are found not to overlap ``outputs`` (addresses only: reading its
+    contents would need a sync; its contract is in docs/reliability.md)."""
     if not isinstance(table, BucketTable):
+        arrays = {f"buckets.{field}": getattr(table, field) for field in ("info", "bt_list", "units", "counters")}
+        validate.check_disjoint(outputs, {name: a for name, a in arrays.items() if backend.is_cupy_array(a)})
         return table
     own = replace(table, info=np.array(table.info), bt_list=np.array(table.bt_list), units=np.array(table.units))
     validate.check_table_contents(own, dims, method)

@@ -155,3 +155,23 @@ def test_table_without_bucket_rows(rng):
     enc.encoder_backward(expected_te, expected_pe, dout, inp, seed=9, method="chunked")
     enc.encoder_backward(dwte, dwpe, dout, inp, seed=9, method="chunked", buckets=no_rows, check_ids=False)
     assert compare.bitwise_equal(dwte, expected_te) and compare.bitwise_equal(dwpe, expected_pe)
+
+
+@pytest.mark.gpu
+def test_device_table_over_an_output_is_refused(rng):
+    """A ``DeviceBucketTable`` is not read on the host, but its arrays' addresses are checked: one over ``dwte``'s
+    memory is refused (the overlap error), and nothing is written."""
+    import cupy
+
+    inp = cupy.asarray(_ids(rng))
+    table = enc.make_buckets(inp, C, np.float32, V=V)
+    dwte0 = rng.standard_normal((V, C)).astype(np.float32)
+    dwpe0 = rng.standard_normal((T, C)).astype(np.float32)
+    dwte, dwpe = cupy.asarray(dwte0), cupy.asarray(dwpe0)
+    dwte.reshape(-1)[:BT] = table.bt_list.view(np.float32)  # the table's positions, held in dwte's memory
+    dwte0 = cupy.asnumpy(dwte)
+    aliased = replace(table, bt_list=dwte.reshape(-1).view(np.int32)[:BT])
+    dout = cupy.asarray(rng.standard_normal((B, T, C)).astype(np.float32))
+    with pytest.raises(ValueError, match=r"dwte and buckets\.bt_list overlap in memory"):
+        enc.encoder_backward(dwte, dwpe, dout, inp, seed=9, buckets=aliased, check_ids=False)
+    assert compare.bitwise_equal(to_numpy(dwte), dwte0) and compare.bitwise_equal(to_numpy(dwpe), dwpe0)
