@@ -59,14 +59,14 @@ def parked(function, **kwargs) -> Call:
 
 @pytest.mark.parametrize("method", validate.METHODS)
 def test_ids_written_while_the_call_waits_are_checked(xp, rng, method):
-    """The red team's case: the ids are the bytes of a forward's ``out``, written while the backward waits.
+    """The ids are the bytes of a forward's ``out``, written while the backward waits.
 
     The ids were zeros (valid) when the call started; the "forward" writes -3 into them before it lets go. The
     call must check the ids it runs on: a ValueError naming inp, and row V-3 (where -3 would wrap) untouched.
     """
     p = random_problem(B, T, C, V, T, dtype=BF16 if method == "atomic_bf16" else np.float32, rng=rng)
     forward_out = xp.zeros((B, T, C), dtype=np.float32)
-    ids = forward_out.reshape(-1).view(np.int32)[: B * T].reshape(B, T)  # the red team's aliasing
+    ids = forward_out.reshape(-1).view(np.int32)[: B * T].reshape(B, T)  # ids viewing the forward's output
     dwte, dwpe = xp.asarray(p.dwte), xp.asarray(p.dwpe)
     with memory.SPAN_LOCK.hold(writes=(forward_out,)):
         call = parked(enc.encoder_backward, dwte=dwte, dwpe=dwpe, dout=xp.asarray(p.dout), inp=ids, seed=1,
@@ -95,7 +95,7 @@ def test_forward_ids_written_while_the_call_waits_are_checked(xp, rng):
 def test_output_made_read_only_while_the_call_waits(rng, method, flipped):
     """An output's ``writeable`` flag cleared while the call waits: refused by name, and the other output unchanged.
 
-    (Checked before the wait, the call used to write dwpe and then fail on dwte with NumPy's read-only error.)
+    (Checked only before the wait, the call would write dwpe and then fail on dwte with NumPy's read-only error.)
     """
     p = random_problem(B, T, C, V, T, dtype=BF16 if method == "atomic_bf16" else np.float32, rng=rng)
     arrays = {"dwte": p.dwte.copy(), "dwpe": p.dwpe.copy()}

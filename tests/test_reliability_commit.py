@@ -4,8 +4,8 @@ The mirror computes a call's results into private buffers and copies them into t
 computed, with ``KeyboardInterrupt`` held back during the copies. So:
 
 * with ``check_ids=False`` an id of V or above, or below 0, is still refused by the mirror (ValueError naming inp,
-  every output as it was), where it used to raise a raw ``IndexError`` after dwpe was written, or wrap a negative
-  id to row V-1 silently;
+  every output as it was), not left to NumPy's indexing, which raises a raw ``IndexError`` once dwpe is written or
+  wraps a negative id to a row counted from the end;
 * an interrupt at any moment of a call leaves every output as it was or entirely written (many interrupts, at
   random moments, through the real SIGINT machinery: ``_thread.interrupt_main``).
 """

@@ -71,8 +71,8 @@ def _problem(rng):
 def test_outputs_sharing_a_file_through_two_routes_are_refused(tmp_path, rng, route_te, route_pe):
     """dwte and dwpe over the same bytes of one file, mapped two different ways: the overlap error, file unchanged.
 
-    (Compared by name, a map made before a rename, over ``os.fdopen`` or through a raw ``mmap`` was not seen: the
-    call ran and dwte[0] came out as the sum of both updates.)
+    (Compared by name, a map made before a rename, over ``os.fdopen`` or through a raw ``mmap`` is not seen: the
+    call would run and write both updates into the same bytes.)
     """
     path = tmp_path / "grads.bin"
     start, dout, inp = _problem(rng)

@@ -3,9 +3,9 @@
 A ``BucketTable`` passed as ``buckets=`` is copied and its contents checked before anything runs
 (``validate.check_table_contents``): positions in ``[0, B*T)``, tokens in ``[0, V)``, every row's range inside
 ``bt_list``, channel groups and chunks in range, the multi-chunk units a prefix with their chunks inside it. An
-edited table is refused with a ValueError naming the field, and nothing is written, on both backends (on the GPU
-such a table used to read and write out of bounds; on the mirror it raised a raw IndexError half-way or wrapped
-negative indices silently). A table edited after the call took its copy cannot change what the call runs on.
+edited table is refused with a ValueError naming the field, and nothing is written, on both backends (run, such a
+table reads and writes out of bounds on the GPU, and on the mirror raises a raw IndexError half-way or wraps negative
+indices silently). A table edited after the call took its copy cannot change what the call runs on.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def _edit(table, field: str, row: int, col: int | None, value):
 
 
 def _reordered_units(table):
-    """The unit list reversed: the multi-chunk token's units are no longer a prefix."""
+    """The unit list reversed: the multi-chunk token's units are not a prefix."""
     return replace(table, units=np.ascontiguousarray(table.units[::-1]))
 
 
