@@ -226,27 +226,17 @@ def _ids32(ids: torch.Tensor, V: int, check: bool, view) -> torch.Tensor:
     return out
 
 
-@torch.library.custom_op("gpt2enc_edu::encoder_forward", mutates_args=())
-def _forward_op(ids: torch.Tensor, wte: torch.Tensor, wpe: torch.Tensor, check_ids: bool, method: str,
-                bucketing: str, generator: int) -> torch.Tensor:
-    """``wte[ids] + wpe[:T]`` (B, T, C). ``method``, ``bucketing`` and ``generator`` (a key) are the backward's."""
+def _forward(ids: torch.Tensor, wte: torch.Tensor, wpe: torch.Tensor, check_ids: bool):
+    """The forward's work, for both ways of calling it: (out, the int32 ids the kernels read)."""
     with on_torch_stream(wte.device):
         ids32 = _ids32(ids, int(wte.shape[0]), check_ids, _view)
         out = torch.empty((*ids.shape, wte.shape[1]), dtype=wte.dtype, device=wte.device)
         encoder_forward(_view(ids32), _view(_aligned(wte)), _view(_aligned(wpe)), out=_view(out), check_ids=False)
-    return out
+    return out, ids32
 
 
-@_forward_op.register_fake
-def _(ids, wte, wpe, check_ids, method, bucketing, generator):
-    return wte.new_empty((*ids.shape, wte.shape[1]))
-
-
-@torch.library.custom_op("gpt2enc_edu::encoder_backward", mutates_args=())
-def _backward_op(dout: torch.Tensor, ids: torch.Tensor, V: int, maxT: int, method: str, bucketing: str,
-                 seed: int | None, generator: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(dwte (V, C), dwpe (maxT, C)): fresh gradients of ``wte[ids] + wpe[:T]`` for ``dout`` (B, T, C). ``seed``:
-    the stochastic-rounding seed, or None to draw one from the generator of key ``generator``."""
+def _backward_work(dout, ids, V: int, maxT: int, method: str, bucketing: str, seed, generator: int):
+    """The backward's work, for both ways of calling it: (dwte, dwpe), fresh."""
     if method in METHODS and not METHODS[method].deterministic:
         alert_not_deterministic(f"gpt2enc_edu::encoder_backward with method={method!r}")
     if seed is None:
@@ -261,31 +251,76 @@ def _backward_op(dout: torch.Tensor, ids: torch.Tensor, V: int, maxT: int, metho
     return dwte, dwpe
 
 
+@torch.library.custom_op("gpt2enc_edu::encoder_forward", mutates_args=())
+def _forward_op(ids: torch.Tensor, wte: torch.Tensor, wpe: torch.Tensor, check_ids: bool, method: str,
+                bucketing: str, generator: int) -> torch.Tensor:
+    """``wte[ids] + wpe[:T]`` (B, T, C). ``method``, ``bucketing`` and ``generator`` (a key) are the backward's."""
+    return _forward(ids, wte, wpe, check_ids)[0]
+
+
+@_forward_op.register_fake
+def _(ids, wte, wpe, check_ids, method, bucketing, generator):
+    return wte.new_empty((*ids.shape, wte.shape[1]))
+
+
+@torch.library.custom_op("gpt2enc_edu::encoder_backward", mutates_args=())
+def _backward_op(dout: torch.Tensor, ids: torch.Tensor, V: int, maxT: int, method: str, bucketing: str,
+                 seed: int | None, generator: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dwte (V, C), dwpe (maxT, C)): fresh gradients of ``wte[ids] + wpe[:T]`` for ``dout`` (B, T, C). ``seed``:
+    the stochastic-rounding seed, or None to draw one from the generator of key ``generator``."""
+    return _backward_work(dout, ids, V, maxT, method, bucketing, seed, generator)
+
+
 @_backward_op.register_fake
 def _(dout, ids, V, maxT, method, bucketing, seed, generator):
     C = dout.shape[-1]
     return dout.new_empty((V, C)), dout.new_empty((maxT, C))
 
 
-def _setup_context(ctx, inputs, output):
-    ids, wte, wpe, _, method, bucketing, generator = inputs
-    ctx.save_for_backward(ids)
+def _setup_context(ctx, inputs, output, ids=None):
+    """What the backward needs: the ids (``ids``: the int32 ids of the forward, where it has them), the shapes, the
+    options, and the generator, held by the graph until its backward (``encoder(generator=...)``)."""
+    ids_in, wte, wpe, _, method, bucketing, generator = inputs
+    ctx.save_for_backward(ids_in if ids is None else ids)
     ctx.rows, ctx.dtype, ctx.options = (wte.shape[0], wpe.shape[0]), wte.dtype, (method, bucketing, generator)
-    ctx.generator = _generators.get(generator)  # held by the graph until its backward (encoder(generator=...))
+    ctx.generator = _generators.get(generator)
 
 
-@once_differentiable
-def _backward(ctx, dout):
+def _gradients(ctx, dout, backward):
+    """The forward's input gradients from ``backward`` (the operator or its work), for the inputs that want one."""
     wants_wte, wants_wpe = ctx.needs_input_grad[1:3]
     if not (wants_wte or wants_wpe):
         return None, None, None, None, None, None, None
     (ids,) = ctx.saved_tensors
     method, bucketing, generator = ctx.options
-    dwte, dwpe = _backward_op(dout.to(ctx.dtype), ids, *ctx.rows, method, bucketing, None, generator)
+    dwte, dwpe = backward(dout.to(ctx.dtype), ids, *ctx.rows, method, bucketing, None, generator)
     return None, dwte if wants_wte else None, dwpe if wants_wpe else None, None, None, None, None
 
 
+@once_differentiable
+def _backward(ctx, dout):
+    return _gradients(ctx, dout, _backward_op)
+
+
 _forward_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+class _Eager(torch.autograd.Function):
+    """The operators' work without their dispatch, for eager calls (``torch.compile`` traces the operators instead):
+    the Python dispatch of a ``custom_op`` and its autograd costs more host time per step than the rest of a small
+    call. The same functions do the work, so the bits are the operators'; the forward's int32 ids are kept for the
+    backward, which then needs no copy of int64 ids."""
+
+    @staticmethod
+    def forward(ctx, ids, wte, wpe, check_ids, method, bucketing, generator):
+        out, ids32 = _forward(ids, wte, wpe, check_ids)
+        _setup_context(ctx, (ids, wte, wpe, check_ids, method, bucketing, generator), out, ids=ids32)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout):
+        return _gradients(ctx, dout, _backward_work)
 
 
 # ------------------------------------------------------------------------------------------------ the public calls
@@ -316,7 +351,9 @@ def _check_options(method, bucketing, check_ids) -> bool:
 def _encoder(inp, wte, wpe, method: str, bucketing: str, generator: int, check_ids) -> torch.Tensor:
     _check_tensors(inp, wte, wpe)
     check_ids = _check_options(method, bucketing, check_ids)
-    return _forward_op(inp, wte, wpe, check_ids, method, bucketing, generator)
+    if torch.compiler.is_compiling():
+        return _forward_op(inp, wte, wpe, check_ids, method, bucketing, generator)
+    return _Eager.apply(inp, wte, wpe, check_ids, method, bucketing, generator)
 
 
 def encoder(inp: torch.Tensor, wte: torch.Tensor, wpe: torch.Tensor, *, method: str = DEFAULT_METHOD,
