@@ -27,7 +27,7 @@
 #
 # **After this notebook you can:**
 # 1. say what a chunk, a unit, a channel group and a warp are in the chunked kernel, and count the warps a token
-#    gets (3 per chunk at C = 768);
+#    gets (3 per chunk at C = 768 in bf16);
 # 2. write down the chunked method's order of the fp32 adds, and say why it gives other bits than the bucketed
 #    one in fp32 but usually the same in bf16;
 # 3. say which route builds the bucket table on the GPU for a given batch size, and why none of them makes the host
