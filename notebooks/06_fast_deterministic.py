@@ -470,8 +470,8 @@ if present:
 # the most skewed here, the real text sample about half as much, uniform ids not at all (the first cell of this
 # section). With **llm.c's bucketed scheme** time follows that skew at large B: the Zipf line lies above the
 # others, because one block sums the top token's thousands of positions in the number of rounds that cell prints,
-# while the rest of the GPU waits. With the **chunked** kernel the kinds of ids come together: the top token's
-# chunks are spread over as many units (and 3 warps each), and no warp sums more than 32 positions, so the skewed
+# while the rest of the GPU waits. With the **chunked** kernel the kinds of ids come together: each of the top
+# token's chunks is a unit of its own, with 3 warps, and no warp sums more than 32 positions, so the skewed
 # batches cost about what the uniform one does. Still, the whole chunked backward stays a few times above its
 # memory floor (the ratio printed above): the table's chain of short steps and the wte kernels' scattered row
 # reads, not the bytes. At small B every line flattens: there the fixed costs (kernel launches, the bucket table's
