@@ -209,7 +209,7 @@ if live_rows:
 
 # %%
 if rows:
-    fig = plt.figure(figsize=(16, 5), layout="constrained")
+    fig = plt.figure(figsize=(13, 4), dpi=80, layout="constrained")
     bench_plots.plot_percent_of_floor(rows, fig=fig, meta=meta)
     plt.show()
 

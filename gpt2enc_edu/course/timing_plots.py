@@ -119,7 +119,7 @@ def sweep(rows, groups: dict[str, dict[str, str]], *, floor_op: dict[str, str] |
     import matplotlib.pyplot as plt
 
     kinds = [k for k in kinds if any(r["ids"] == k for r in rows)]
-    fig, axes = plt.subplots(len(kinds), len(groups), figsize=(4.3 * len(groups), 3.0 * len(kinds)), dpi=DPI,
+    fig, axes = plt.subplots(len(kinds), len(groups), figsize=(3.7 * len(groups), 2.6 * len(kinds)), dpi=DPI,
                              sharex=True, sharey=True, layout="constrained", squeeze=False)
     for i, kind in enumerate(kinds):
         for ax, (panel, cases) in zip(axes[i], groups.items()):
