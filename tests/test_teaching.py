@@ -60,3 +60,17 @@ def test_the_core_path_is_the_sum_of_the_rows_and_fits_three_hours():
 def test_the_table_and_the_intros_give_the_same_optional_minutes():
     rows, _ = _table(column=4)
     assert {nb.stem: _intro_optional_minutes(nb) for nb in NOTEBOOKS} == {stem: rows[stem] for stem in sorted(rows)}
+
+
+def test_the_table_and_the_intros_give_the_same_cuda_build_it_minutes():
+    rows = {}
+    for line in TEACHING.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 6 and re.fullmatch(r"`\d\d_\w+`", cells[0]):
+            rows[cells[0].strip("`")] = None if cells[5] == "-" else int(cells[5])
+    intros = {}
+    for nb in NOTEBOOKS:
+        text = " ".join(line.lstrip("# ") for line in nb.read_text().splitlines()[:60])
+        match = re.search(r"\(with a GPU\) about (\d+)", text)
+        intros[nb.stem] = int(match.group(1)) if match else None
+    assert intros == rows
