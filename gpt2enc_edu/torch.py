@@ -365,6 +365,10 @@ def encoder(inp: torch.Tensor, wte: torch.Tensor, wpe: torch.Tensor, *, method: 
     torch's default one) gives one seed per backward; ``check_ids`` (a bool) checks the ids against ``[0, V)`` (on
     the GPU in a kernel, with no host sync; see the module docstring for what a bad id then does).
     """
+    if generator is not None and torch.compiler.is_compiling():
+        raise RuntimeError("encoder(generator=...) cannot be traced by torch.compile (the generator is looked up in a "
+                           "weak table); give the generator to GPT2Embedding, which takes it at construction, or "
+                           "leave it None for torch's default generator")
     return _encoder(inp, wte, wpe, method, bucketing, _generator_key(generator), check_ids)
 
 

@@ -135,6 +135,21 @@ def test_compile_fullgraph_of_the_function_in_a_model(tt, rng):
     torch.testing.assert_close(results[0], results[1], rtol=1e-5, atol=1e-6)
 
 
+def test_compile_refuses_a_generator_given_to_the_function(tt):
+    """The function's generator is looked up where dynamo cannot trace: a clear error, not a graph break."""
+    import torch
+
+    torch._dynamo.reset()
+    wte, wpe = torch.randn(40, 32, requires_grad=True), torch.randn(16, 32, requires_grad=True)
+    generator = torch.Generator()
+
+    def loss(ids):
+        return tt.encoder(ids, wte, wpe, generator=generator).sum()
+
+    with pytest.raises(Exception, match="give the generator to GPT2Embedding"):
+        torch.compile(loss, fullgraph=True)(torch.randint(0, 40, (2, 16)))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("B", [1, 8])
 @pytest.mark.parametrize("dtype_name", DTYPES)
