@@ -121,6 +121,9 @@ print(f"this batch: {table.num_units} units -> {table.num_units * groups} warps 
 ax = plots.chunk_units(table, title="B=8, T=1024, real ids: the 12 most frequent tokens, cut into 32-position chunks")
 
 # %% [markdown]
+# *Figure: one bar per frequent token, its length the token's positions, cut into alternating-colour 32-position
+# chunks, each labelled with its units and warps.*
+#
 # ### What happens to one frequent token, from its positions to `dwte`?
 #
 # The most frequent token of the batch: its positions in `bt_list`, cut into chunks (top row); each chunk's
