@@ -10,15 +10,20 @@ package's NumPy calls do.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from .backend import is_cupy_array
 from .layout import ceil_div
 from .loader import get_kernel, launch
 from .rounding import bfloat16
+from .sources import kernel_dir
 
-#: Threads per block of ``kernels/token_ids.cu`` (its ``TOKEN_IDS_BLOCK``).
-TOKEN_IDS_BLOCK = 256
+#: The kernel file, and its threads per block, read from its ``#define TOKEN_IDS_BLOCK`` (its one home).
+KERNEL_FILE = "token_ids.cu"
+TOKEN_IDS_BLOCK = int(re.search(r"^#define\s+TOKEN_IDS_BLOCK\s+(\d+)", (kernel_dir() / KERNEL_FILE).read_text(),
+                                re.M).group(1))
 #: The kernel for each id dtype.
 KERNELS = {np.dtype(np.int64): "token_ids_i64_kernel", np.dtype(np.int32): "token_ids_i32_kernel"}
 
@@ -39,7 +44,7 @@ def token_ids(out, ids, V: int, *, check: bool) -> None:
         n = int(ids.size)
         if n:
             # The source has no floatX: any storage dtype compiles it (one module, cached like the others).
-            kernel = get_kernel("token_ids.cu", KERNELS[np.dtype(ids.dtype)], bfloat16)
+            kernel = get_kernel(KERNEL_FILE, KERNELS[np.dtype(ids.dtype)], bfloat16)
             launch(kernel, ceil_div(n, TOKEN_IDS_BLOCK), TOKEN_IDS_BLOCK,
                    (out, ids, np.int32(n), np.int32(V), np.int32(bool(check))))
         return

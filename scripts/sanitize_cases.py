@@ -360,3 +360,26 @@ def bench_spin_case() -> Case:
 
     return Case("bench-spin", run, "bench_spin_kernel (the benchmark timer's busy-wait)",
                 frozenset({"bench_spin_kernel"}))
+
+
+def token_ids_case() -> Case:
+    """The PyTorch adapter's id kernels (``kernels/token_ids.cu``): int64 and int32 ids of an odd count, checked, into
+    int32 (valid ids only: a bad id stops the kernel with a trap by design, which the adapter's tests cover)."""
+
+    def run(check: bool) -> str | None:
+        import cupy
+
+        from gpt2enc_edu.token_ids import token_ids
+
+        V, wrong = 50257, []
+        ids = np.random.default_rng(0).integers(0, V, 1000 + 3)
+        for dtype in (np.int64, np.int32):
+            out = cupy.full(ids.size, -1, dtype=np.int32)
+            token_ids(out, cupy.asarray(ids.astype(dtype)), V, check=True)
+            if check and not (out.get() == ids).all():
+                wrong.append(np.dtype(dtype).name)
+        cupy.cuda.Device().synchronize()
+        return f"token ids of {wrong} were not copied exactly" if wrong else None
+
+    return Case("token-ids", run, "token_ids_i64_kernel and token_ids_i32_kernel (the PyTorch adapter's id check)",
+                frozenset({"token_ids_i64_kernel", "token_ids_i32_kernel"}))

@@ -60,6 +60,7 @@ from sanitize_cases import (  # noqa: E402
     route_case,
     routes_for,
     table_places,
+    token_ids_case,
     wpe_grid_case,
     wte_form_case,
 )
@@ -141,6 +142,7 @@ def default_cases() -> list[Case]:
                                     (1, 1024, C, 3, 1024, "uniform"), dtype, "chunked", "gpu"))
     if "bench_spin_kernel" in kernel_names():
         cases.append(bench_spin_case())
+    cases.append(token_ids_case())
     return cases
 
 
