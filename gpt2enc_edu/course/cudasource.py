@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from ..loader import kernel_dir
 from .pysource import SourceRejected
-from .skeletons import KERNEL_EXERCISES, gap_offset, skeleton
+from .skeletons import KERNEL_EXERCISES, _body_span, gap_offset, skeleton
 
 _TOKENS = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
 _DIRECTIVE_OK = re.compile(r'#\s*(include\s*["<]common\.cuh[">]|pragma\s+unroll(\s*\(?\s*\w+\s*\)?)?)\s*$')
@@ -42,9 +42,19 @@ def _without_literals(code: str) -> str:
     return re.sub(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', '""', code)
 
 
-def is_open(text) -> bool:
-    """True for ``None`` and for a source with nothing but comments and whitespace (the untouched gap)."""
-    return text is None or not code_only(text).strip()
+def is_open(text, exercise: str | None = None) -> bool:
+    """True for ``None``, for a body with nothing but comments and whitespace (the untouched gap), and for a
+    whole file whose ``exercise`` kernel has such a body (the skeleton itself)."""
+    if text is None or not code_only(text).strip():
+        return True
+    if exercise in KERNEL_EXERCISES and is_whole_file(text):
+        code = code_only(text)
+        try:
+            start, end = _body_span(code, KERNEL_EXERCISES[exercise].kernel)
+        except (ValueError, IndexError):
+            return False
+        return not code[start + 1 : end].strip()
+    return False
 
 
 def is_whole_file(text: str) -> bool:

@@ -140,7 +140,7 @@ def main() -> None:
     verdict, exercise, cases = judge(header, child)
     verdict.form = header["form"]
     text = judging.text(exercise, verdict, cases)
-    record.add(exercise.name, verdict.form, verdict)
+    record.add(exercise.name, verdict.form, verdict, file=header.get("record"))
     result.write(wire.pack(*_reply(verdict, text)))
     result.flush()
 

@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import cudasource, pysource, wire
+from . import cudasource, pysource, record, wire
 from .grader import TIMEOUT_S
 from .verdict import Verdict
 
@@ -68,7 +68,7 @@ def grade(exercise, kernel, *, show: bool = False, time_it: bool = True) -> Verd
     cuda = isinstance(kernel, str)
     form = "CUDA" if cuda else "per-thread Python"
     title = f"Build it ({form}): {exercise.title}"
-    if kernel is None or (cudasource.is_open(kernel) if cuda else pysource.is_stub(kernel)):
+    if kernel is None or (cudasource.is_open(kernel, exercise.name) if cuda else pysource.is_stub(kernel)):
         print(f"{title}: not done yet - hint: {exercise.hint}")
         return Verdict(exercise.name, False, "not done yet", status="not done", form=form)
     if cuda:
@@ -79,7 +79,8 @@ def grade(exercise, kernel, *, show: bool = False, time_it: bool = True) -> Verd
         except pysource.SourceRejected as exc:
             print(f"{title}: refused: {exc}")
             return Verdict(exercise.name, False, f"refused: {exc}", status="refused", form=form)
-    header, arrays = _ask({"exercise": exercise.name, "form": form, "payload": payload, "time_it": time_it})
+    header, arrays = _ask({"exercise": exercise.name, "form": form, "payload": payload, "time_it": time_it,
+                           "record": str(record.path())})
     verdict = Verdict(**header["verdict"], **arrays)
     print(header["text"])
     if show and not verdict.passed:

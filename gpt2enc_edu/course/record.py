@@ -33,8 +33,9 @@ def path() -> Path:
     return Path(override) if override else Path.home() / ".gpt2enc_edu" / "checks.jsonl"
 
 
-def add(check: str, form: str, verdict) -> None:
-    """Append one check's outcome; a record that cannot be written warns once and never fails the check."""
+def add(check: str, form: str, verdict, *, file=None) -> None:
+    """Append one check's outcome (to ``file``, else ``path()``); a record that cannot be written warns once and
+    never fails the check."""
     global _warned
     where = "GPU" if form == "CUDA" else "CPU (grid emulator)" if form == "per-thread Python" else "notebook"
     line = {"check": check, "notebook": NOTEBOOK.get(check, ""), "form": form, "ran_on": where,
@@ -43,13 +44,13 @@ def add(check: str, form: str, verdict) -> None:
             "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "seconds": round(float(getattr(verdict, "seconds", 0.0)), 2)}
     try:
-        target = path()
+        target = Path(file) if file else path()
         target.parent.mkdir(parents=True, exist_ok=True)
         with target.open("a") as f:
             f.write(json.dumps(line) + "\n")
     except OSError as exc:
         if not _warned:
-            print(f"(the check could not be recorded in {path()}: {exc})")
+            print(f"(the check could not be recorded in {file or path()}: {exc})")
             _warned = True
 
 
