@@ -11,19 +11,16 @@
 * Every launch goes through ``launch``, which refuses an empty grid and surfaces launch errors as
   ``RuntimeError``. ``launch(..., after_kernel=True)`` launches a kernel as a *programmatic dependent* of the
   kernel before it on the stream (sm_90 and newer; see ``launch``), through the driver's ``cuLaunchKernelEx``,
-  which CuPy does not expose.
+  which CuPy does not expose (``driver.py`` calls it).
 """
 
 from __future__ import annotations
 
-import ctypes
 import functools
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
+from . import driver
 from .layout import dtype_name
 from .rounding import bfloat16, float32
 from .sources import kernel_dir
@@ -170,86 +167,19 @@ def launch(kernel, grid, block: int, args: tuple, *, shared_mem: int = 0, after_
     if min(grid) <= 0 or block <= 0:
         raise RuntimeError(f"refusing to launch {name} with grid={grid}, block={block}")
     try:
-        if after_kernel and PROGRAMMATIC_LAUNCH and _programmatic_launch_supported():
-            _launch_programmatic(kernel, grid, block, args, shared_mem)
+        if after_kernel and PROGRAMMATIC_LAUNCH and programmatic_launch_supported():
+            # kernel.kernel: the RawKernel's loaded cupy.cuda.function.Function; .ptr is its CUfunction
+            driver.launch_programmatic(kernel.kernel.ptr, grid, block, args, shared_mem,
+                                       cupy_module().cuda.get_current_stream().ptr)
         else:
             kernel(grid, (block,), args, shared_mem=shared_mem)
     except Exception as exc:  # cupy.cuda.driver.CUDADriverError and friends
         raise RuntimeError(f"launch of {name} failed (grid={grid}, block={block}): {exc}") from exc
 
 
-def _programmatic_launch_supported() -> bool:
+def programmatic_launch_supported() -> bool:
     """Whether the current device runs programmatic dependent launches (compute capability 9.0 and newer)."""
     return device_facts().compute_capability >= 90
-
-
-# cuLaunchKernelEx's structures (cuda.h): CUlaunchAttribute is a 4-byte id, 4 bytes of padding and a 64-byte
-# union; CUlaunchConfig is the grid, the block, the dynamic shared memory, the stream and the attributes.
-_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
-
-
-class _LaunchAttribute(ctypes.Structure):
-    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_int * 16)]
-
-
-class _LaunchConfig(ctypes.Structure):
-    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared_mem", ctypes.c_uint),
-                ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(_LaunchAttribute)), ("num_attrs", ctypes.c_uint)]
-
-
-#: Scalar kernel arguments the launcher takes, by NumPy type: their ``struct`` format in an 8-byte slot (the
-#: package passes sizes as int32 and seeds as uint32).
-_SCALAR_FORMATS = {np.int32: "i4x", np.uint32: "I4x", np.float32: "f4x", np.int64: "q", np.uint64: "Q"}
-
-
-def _kernel_params(args: tuple):
-    """cuLaunchKernelEx's ``void* params[]`` in one buffer: the arguments' values, one 8-byte slot each (a device
-    address, or a scalar's bytes at the start of its slot), then the slots' addresses. Returns the buffer (keep it
-    alive until the launch call returns: the driver copies the values then) and the address of ``params``."""
-    formats, values = ["<"], []
-    for arg in args:
-        scalar_format = _SCALAR_FORMATS.get(type(arg))
-        if scalar_format is not None:
-            formats.append(scalar_format)
-            values.append(arg)
-            continue
-        try:
-            values.append(arg.data.ptr)  # a CuPy array: its device address
-        except AttributeError:
-            names = sorted(t.__name__ for t in _SCALAR_FORMATS)
-            raise TypeError(f"cannot pass a {type(arg).__name__} to a kernel launched after another; give a CuPy "
-                            f"array or a NumPy scalar of one of {names}") from None
-        formats.append("Q")
-    count = len(args)
-    buffer = ctypes.create_string_buffer(16 * max(count, 1))
-    base = ctypes.addressof(buffer)
-    formats.append(f"{count}Q")
-    struct.pack_into("".join(formats), buffer, 0, *values, *range(base, base + 8 * count, 8))
-    return buffer, base + 8 * count
-
-
-@functools.lru_cache(maxsize=None)
-def _driver():
-    """libcuda's cuLaunchKernelEx, cuOccupancyMaxActiveBlocksPerMultiprocessor and cuGetErrorString (CuPy has
-    loaded the library already)."""
-    lib = ctypes.CDLL("libcuda.so.1")
-    lib.cuLaunchKernelEx.argtypes = [ctypes.POINTER(_LaunchConfig), ctypes.c_void_p, ctypes.c_void_p,
-                                     ctypes.c_void_p]
-    lib.cuLaunchKernelEx.restype = ctypes.c_int
-    lib.cuGetErrorString.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
-    lib.cuGetErrorString.restype = ctypes.c_int
-    lib.cuOccupancyMaxActiveBlocksPerMultiprocessor.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p,
-                                                                ctypes.c_int, ctypes.c_size_t]
-    lib.cuOccupancyMaxActiveBlocksPerMultiprocessor.restype = ctypes.c_int
-    return lib
-
-
-def _check_driver(status: int, call: str) -> None:
-    if status != 0:
-        lib = _driver()
-        text = ctypes.c_char_p()
-        lib.cuGetErrorString(status, ctypes.byref(text))
-        raise RuntimeError(f"{call} returned {status} ({(text.value or b'unknown error').decode()})")
 
 
 _blocks_per_sm: dict = {}
@@ -264,28 +194,5 @@ def blocks_per_sm(file_name: str, kernel_name: str, dtype, block: int, shared_me
     key = (cupy_module().cuda.Device().id, file_name, kernel_name, dtype_name(dtype), block, shared_mem)
     if key not in _blocks_per_sm:
         function = _module(file_name, dtype_name(dtype)).get_function(kernel_name).kernel  # the loaded CUfunction
-        count = ctypes.c_int()
-        _check_driver(_driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(count), function.ptr,
-                                                                            block, shared_mem),
-                      "cuOccupancyMaxActiveBlocksPerMultiprocessor")
-        _blocks_per_sm[key] = count.value
+        _blocks_per_sm[key] = driver.max_active_blocks(function.ptr, block, shared_mem)
     return _blocks_per_sm[key]
-
-
-#: The one attribute of every programmatic launch (cuLaunchKernelEx copies it), and configurations by shape.
-_PROGRAMMATIC = _LaunchAttribute(id=_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
-_PROGRAMMATIC.value[0] = 1  # programmaticStreamSerializationAllowed
-_configs: dict = {}
-
-
-def _launch_programmatic(kernel, grid: tuple, block: int, args: tuple, shared_mem: int) -> None:
-    """``kernel`` on the current stream with the programmatic-stream-serialization attribute set."""
-    key = (grid, block, shared_mem, cupy_module().cuda.get_current_stream().ptr)
-    config = _configs.get(key)
-    if config is None:
-        grid3 = (grid + (1, 1))[:3]
-        config = _configs[key] = _LaunchConfig((ctypes.c_uint * 3)(*grid3), (ctypes.c_uint * 3)(block, 1, 1),
-                                               shared_mem, key[3], ctypes.pointer(_PROGRAMMATIC), 1)
-    buffer, params = _kernel_params(args)  # buffer: alive until this function returns
-    function = kernel.kernel  # the RawKernel's loaded cupy.cuda.function.Function; .ptr is its CUfunction
-    _check_driver(_driver().cuLaunchKernelEx(ctypes.byref(config), function.ptr, params, None), "cuLaunchKernelEx")

@@ -44,6 +44,7 @@
 // Requires 1 <= B*T <= SMALL_BACKWARD_MAX_BT, 0 <= ids < 2^22 (so that a key fits 32 bits), C % x128::size == 0
 // and 16-byte aligned arrays (all checked in Python). Any grid gives the same bits.
 #include "block_sort.cuh"
+#include "chunk_sum.cuh"
 
 // SMALL_BACKWARD_THREADS, SMALL_BACKWARD_MAX_BT, the one-block sort's keys (SMALL_KEYS per thread; the position bt
 // in the low SMALL_POS_BITS bits, the token id above) and the chunked method's CHUNK_ITEMS: constants.cuh.
@@ -88,27 +89,19 @@ __device__ __forceinline__ float pack64_element(uint2 bits, int k) {
 #endif
 }
 
-// Channels c .. c + PACK64_SIZE - 1 of one chunk: sum = ((0 + d[item 0]) + d[item 1]) + ..., the n <= CHUNK_ITEMS
-// items' keys at chunk_keys. Every row is asked for before the first add.
+template <>
+struct PackOf<uint2> {
+    static constexpr int size = PACK64_SIZE;
+    static __device__ __forceinline__ float element(uint2 pack, int k) { return pack64_element(pack, k); }
+};
+
+// Channels c .. c + PACK64_SIZE - 1 of one chunk (chunk_sum.cuh): sum = ((0 + d[item 0]) + d[item 1]) + ..., the
+// n <= CHUNK_ITEMS items' keys at chunk_keys. Every row is asked for before the first add.
 __device__ __forceinline__ void chunk_pack_sum(float* sum, const floatX* dout, const unsigned int* chunk_keys, int n,
                                                int C, int c) {
-    uint2 rows[CHUNK_ITEMS];
-#pragma unroll
-    for (int i = 0; i < CHUNK_ITEMS; i++) {
-        if (i < n) {
-            int bt = (int)(chunk_keys[i] & SMALL_POS_MASK);
-            rows[i] = *reinterpret_cast<const uint2*>(dout + bt * C + c);
-        }
-    }
-#pragma unroll
-    for (int k = 0; k < PACK64_SIZE; k++) { sum[k] = 0.0f; }
-#pragma unroll
-    for (int i = 0; i < CHUNK_ITEMS; i++) {
-        if (i < n) {
-#pragma unroll
-            for (int k = 0; k < PACK64_SIZE; k++) { sum[k] += pack64_element(rows[i], k); }
-        }
-    }
+    chunk_sum<CHUNK_ITEMS, uint2>(sum, n, true, [&](int i, uint2& row) {
+        row = *reinterpret_cast<const uint2*>(dout + (int)(chunk_keys[i] & SMALL_POS_MASK) * C + c);
+    });
 }
 
 extern "C" __global__ void __launch_bounds__(SMALL_BACKWARD_THREADS, 1)
@@ -227,19 +220,11 @@ extern "C" __global__ void __launch_bounds__(SMALL_BACKWARD_THREADS, 1)
         if (c >= C) { continue; }  // lanes past C (in the last group of a C that is no multiple) have nothing to do
         floatX* dwte_ix = dwte + ix * C + c;
         x128 packed_dwte = load128(dwte_ix);
-        x128 rows[WARP_TASK_MAX_ITEMS];
-#pragma unroll
-        for (int i = 0; i < WARP_TASK_MAX_ITEMS; i++) {
-            if (i < count) { rows[i] = load128cs(dout + (int)(sorted[start + i] & SMALL_POS_MASK) * C + c); }
-        }
+        // A single chunk, all of its rows in flight (chunk_sum.cuh): accum = ((0 + d[item 0]) + d[item 1]) + ...
         float accum[x128::size];
-        for (int k = 0; k < x128::size; k++) { accum[k] = 0.0f; }
-#pragma unroll
-        for (int i = 0; i < WARP_TASK_MAX_ITEMS; i++) {  // in item order: accum = ((0 + d[item 0]) + d[item 1]) + ...
-            if (i < count) {
-                for (int k = 0; k < x128::size; k++) { accum[k] += (float)rows[i][k]; }
-            }
-        }
+        chunk_sum<WARP_TASK_MAX_ITEMS, x128>(accum, count, true, [&](int i, x128& row) {
+            row = load128cs(dout + (int)(sorted[start + i] & SMALL_POS_MASK) * C + c);
+        });
         store_rounded_sum128(dwte_ix, packed_dwte, accum, (unsigned int)(ix * C + c), NOISE_STREAM_DWTE, seed);
     }
 

@@ -34,7 +34,7 @@
 // warps and blocks past *num_units exit at once. `units` must hold an initialised row for every warp of the
 // chunk kernel's grid (the package pads it to a multiple of CHUNKED_WARPS_PER_BLOCK rows). partials: for
 // each unit of a multi-chunk token (a prefix of the unit list), C rounded up to whole channel groups of floats.
-#include "common.cuh"
+#include "chunk_sum.cuh"
 
 // CHUNK_ITEMS, CHUNKED_WARPS_PER_BLOCK, COMBINE_THREADS, COMBINE_STAGE_PACKS, COMBINE_MIN_COLUMNS: constants.cuh.
 // Each warp waits on a chain of dependent loads (unit -> positions -> gradients): latency, not bandwidth,
@@ -57,21 +57,19 @@
 // block may have. A token gets at most CEIL_DIV(C / 4, COMBINE_MIN_COLUMNS) slices, so a slice is about
 // COMBINE_MIN_COLUMNS columns of 4 channels wide or wider (128 bytes of a partial row).
 
-// The chunk's rows of dout, added in item order to accum: accum = ((accum + d[item 0]) + d[item 1]) + ...
+// The chunk's rows of dout, summed in item order (chunk_sum.cuh): accum = ((0 + d[item 0]) + d[item 1]) + ...
 // One row at a time: each read waits for its row before the next is asked for (the order of the adds is fixed,
-// and a second row in flight would cost registers that 8 blocks per SM do not leave).
-__device__ __forceinline__ void add_rows(float* accum, const floatX* dout, int my_bt, int chunk_size, int C, int c,
+// and a second row in flight would cost registers that 8 blocks per SM do not leave). Lane i holds item i's bt;
+// every lane takes part in each shuffle, and only lanes with channels load.
+__device__ __forceinline__ void sum_rows(float* accum, const floatX* dout, int my_bt, int chunk_size, int C, int c,
                                          bool has_channels) {
-    for (int item = 0; item < chunk_size; item++) {
+    chunk_sum<1, x128>(accum, chunk_size, has_channels, [&](int item, x128& row) {
         int bt = __shfl_sync(0xffffffffu, my_bt, item);
-        if (has_channels) {
-            x128 packed_dout = load128cs(dout + bt * C + c);
-            for (int k = 0; k < x128::size; k++) { accum[k] += (float)packed_dout[k]; }
-        }
-    }
+        if (has_channels) { row = load128cs(dout + bt * C + c); }
+    });
 }
 
-// The same sum, STAGED_ROWS rows at a time: the lane copies its 16 bytes of each of the next STAGED_ROWS rows into
+// The same sum, STAGED_ROWS rows at a time, added to accum (zero when it starts): the lane copies its 16 bytes of each of the next STAGED_ROWS rows into
 // its slots of shared memory (`stage`: slot i at stage + i * WARP_SIZE * x128::size, so that a warp's 32 lanes
 // touch 512 contiguous bytes), waits for them once, then adds them from there in the same order. One memory
 // latency per STAGED_ROWS rows instead of one per row, and no register holds a row while it travels: a frequent
@@ -97,7 +95,7 @@ __device__ __forceinline__ void add_rows_staged(float* accum, const floatX* dout
         }
     }
 #else
-    add_rows(accum, dout, my_bt, chunk_size, C, c, has_channels);  // no cp.async before sm_80
+    sum_rows(accum, dout, my_bt, chunk_size, C, c, has_channels);  // no cp.async before sm_80
 #endif
 }
 
@@ -144,11 +142,11 @@ __device__ __forceinline__ void chunk_warp(floatX* dwte, const int4* units, cons
 
     // The chunk's items in order: accum = ((0 + d[item 0]) + d[item 1]) + ...
     float accum[x128::size];
-    for (int k = 0; k < x128::size; k++) { accum[k] = 0.0f; }
     if (STAGED && chunk_size > 1) {
+        for (int k = 0; k < x128::size; k++) { accum[k] = 0.0f; }
         add_rows_staged(accum, dout, my_bt, chunk_size, C, c, has_channels, stage);
     } else {  // one row gains nothing from a trip through shared memory
-        add_rows(accum, dout, my_bt, chunk_size, C, c, has_channels);
+        sum_rows(accum, dout, my_bt, chunk_size, C, c, has_channels);
     }
     if (!has_channels) { return; }  // lanes past C only took part in the shuffles
     if (single_chunk) {

@@ -157,7 +157,7 @@ class Probe:
 
     def set_programmatic(self, on: bool) -> None:
         """Turn programmatic dependent launch on or off (the table's workspaces, and so the scatter route's graph,
-        are kept per setting: buckets.gpu._launch)."""
+        are kept per setting: buckets.gpu.build_in_workspace)."""
         self.cp.cuda.Device().synchronize()
         loader.PROGRAMMATIC_LAUNCH = on
 
@@ -199,10 +199,10 @@ class Probe:
         if B * T > layout.SCATTER_MAX_BT:
             return
         with self.stream:
-            ws = gpu_buckets._launch(g.inp, C, enc.bfloat16, V, route="scatter")
+            ws = gpu_buckets.build_in_workspace(g.inp, C, enc.bfloat16, V, route="scatter")
             groups = layout.num_c_groups(C, enc.bfloat16)
             self.record(B, kind, "table, scatter, wall per call (graph)", self.wall_us(
-                lambda: gpu_buckets._launch(g.inp, C, enc.bfloat16, V, route="scatter")))
+                lambda: gpu_buckets.build_in_workspace(g.inp, C, enc.bfloat16, V, route="scatter")))
             launches = len(gpu_buckets.SCATTER_PHASES)
             self.record(B, kind, f"table, scatter, wall per call ({launches} launches)", self.wall_us(
                 lambda: gpu_buckets._launch_scatter(self.cp, g.inp, B * T, V, groups, enc.bfloat16, ws, 0)))

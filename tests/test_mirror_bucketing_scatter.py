@@ -195,7 +195,8 @@ def test_gpu_scatter_route_without_bucket_rows_equals_its_twin(B, T, V, ids):
 
 
 def _check_against_twin(gpu_buckets, inp, g_inp, C, dtype, V, bucket_rows=True):
-    ws = gpu_buckets._launch(g_inp, C, dtype, V, route="scatter", bucket_rows=bucket_rows)  # allocates, builds once
+    # allocates, builds once
+    ws = gpu_buckets.build_in_workspace(g_inp, C, dtype, V, route="scatter", bucket_rows=bucket_rows)
     for name in (
         "info",
         "units",
@@ -208,7 +209,7 @@ def _check_against_twin(gpu_buckets, inp, g_inp, C, dtype, V, bucket_rows=True):
     ):
         getattr(ws, name).fill(-0x5A5A5A5A)  # poison: every value the twin compares must be written again
     ws.counters.fill(-7)
-    gpu_buckets._launch(g_inp, C, dtype, V, route="scatter", bucket_rows=bucket_rows)
+    gpu_buckets.build_in_workspace(g_inp, C, dtype, V, route="scatter", bucket_rows=bucket_rows)
     t_ws = twin.make_workspace(inp, C, dtype, V, bucket_rows=bucket_rows)
     table = twin.bucketing_scatter(inp, C, dtype, V, workspace=t_ws)
     assert buckets.same_table(table, buckets.build_bucket_table(inp, C, dtype), bucket_rows=bucket_rows)
@@ -263,7 +264,7 @@ def test_gpu_scatter_route_replays_its_copy_graph_with_new_buffers(B, V):
                     kept.append(cupy.asarray(inp))
                     got = gpu_buckets.build_bucket_table_gpu(kept[-1], 768, bfloat16, V, route="scatter").to_host()
                     assert buckets.same_table(got, buckets.build_bucket_table(inp, 768, bfloat16)), f"call {call}"
-                ws = next(w for k, w in gpu_buckets._workspaces.items() if k[1] == stream.ptr)
+                ws = next(w for k, w in gpu_buckets.workspaces.items() if k[1] == stream.ptr)
                 assert ws.graph is not None and not ws.graphs_in_place  # the copy graph, no buffer seen twice
                 assert not ws.counts.get().any()  # counted back down to zero: the next table needs no memset
     finally:
@@ -290,7 +291,7 @@ def test_gpu_scatter_route_reads_a_known_buffer_in_place():
                 buffer.set(inp)  # new ids, same address
                 got = gpu_buckets.build_bucket_table_gpu(buffer, 768, bfloat16, V, route="scatter").to_host()
                 assert buckets.same_table(got, buckets.build_bucket_table(inp, 768, bfloat16)), f"sweep {sweep}, {i}"
-        ws = next(iter(gpu_buckets._workspaces.values()))
+        ws = next(iter(gpu_buckets.workspaces.values()))
         assert len(ws.graphs_in_place) == gpu_buckets.SCATTER_GRAPHS
         assert set(ws.graphs_in_place) <= {b.data.ptr for b in buffers} and ws.graph is not None
     finally:
@@ -313,11 +314,11 @@ def test_gpu_scatter_route_clears_counts_only_after_a_stopped_run():
     try:
         for stopped in (False, True, False, True):
             if stopped:
-                ws = gpu_buckets._launch(g_inp, 768, bfloat16, 50257, stop_after=2, route="scatter")
+                ws = gpu_buckets.build_in_workspace(g_inp, 768, bfloat16, 50257, stop_after=2, route="scatter")
                 assert ws.counts_dirty and ws.counts.get().any()
             got = gpu_buckets.build_bucket_table_gpu(g_inp, 768, bfloat16, 50257, route="scatter").to_host()
             assert buckets.same_table(got, want)
-            ws = next(iter(gpu_buckets._workspaces.values()))
+            ws = next(iter(gpu_buckets.workspaces.values()))
             assert not ws.counts_dirty and not ws.counts.get().any()
     finally:
         gpu_buckets.release_workspaces()
@@ -360,6 +361,6 @@ def test_gpu_scatter_route_one_graph_per_dtype():
             inp = _ids("zipf", 2, 500, 700, rng)
             got = gpu_buckets.build_bucket_table_gpu(cupy.asarray(inp), C, dtype, 700, route="scatter").to_host()
             assert buckets.same_table(got, buckets.build_bucket_table(inp, C, dtype))
-        assert len(gpu_buckets._workspaces) == 2
+        assert len(gpu_buckets.workspaces) == 2
     finally:
         gpu_buckets.release_workspaces()

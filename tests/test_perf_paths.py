@@ -271,11 +271,11 @@ def test_launch_method_has_its_own_table_workspace(monkeypatch):
 
     inp = cupy.asarray(make_ids("uniform", 2, 512, V=3000, seed=5))
     monkeypatch.setattr(loader, "PROGRAMMATIC_LAUNCH", True)
-    programmatic_ws = gpu_buckets._launch(inp, 264, bfloat16, 3000, route="scatter")
+    programmatic_ws = gpu_buckets.build_in_workspace(inp, 264, bfloat16, 3000, route="scatter")
     monkeypatch.setattr(loader, "PROGRAMMATIC_LAUNCH", False)
-    plain_ws = gpu_buckets._launch(inp, 264, bfloat16, 3000, route="scatter")
+    plain_ws = gpu_buckets.build_in_workspace(inp, 264, bfloat16, 3000, route="scatter")
     assert plain_ws is not programmatic_ws
-    assert gpu_buckets._launch(inp, 264, bfloat16, 3000, route="scatter") is plain_ws
+    assert gpu_buckets.build_in_workspace(inp, 264, bfloat16, 3000, route="scatter") is plain_ws
     cupy.cuda.get_current_stream().synchronize()
 
 

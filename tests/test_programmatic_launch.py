@@ -11,7 +11,7 @@ import struct
 import numpy as np
 import pytest
 
-from gpt2enc_edu import loader
+from gpt2enc_edu import driver, loader
 
 
 class _DeviceArray:
@@ -35,7 +35,7 @@ def test_kernel_params_point_at_each_value(rng):
                np.float32(rng.standard_normal()), np.int64(rng.integers(-2**63, 2**63)),
                np.uint64(rng.integers(0, 2**63)) + np.uint64(2**63)]
     args = (*[_DeviceArray(p) for p in ptrs], *scalars)
-    got = _read_params(loader._kernel_params(args), "QQQiIfqQ")
+    got = _read_params(driver.kernel_params(args), "QQQiIfqQ")
     assert got[:3] == ptrs
     assert got[3:] == [s.item() for s in scalars]
     assert np.float32(got[5]).tobytes() == scalars[2].tobytes()  # the float's bits, not just its value
@@ -44,17 +44,17 @@ def test_kernel_params_point_at_each_value(rng):
 @pytest.mark.parametrize("bad", [3, 2.5, True, np.float64(1.0), np.int16(2), "dwte", None])
 def test_kernel_params_refuse_what_a_kernel_cannot_take(bad):
     with pytest.raises(TypeError, match="cannot pass"):
-        loader._kernel_params((_DeviceArray(4096), bad))
+        driver.kernel_params((_DeviceArray(4096), bad))
 
 
 def test_launch_structures_match_cuda_h():
     """CUlaunchAttribute: id, padding, then a 64-byte union at offset 8 (72 bytes); CUlaunchConfig: six dims and the
     shared memory (28 bytes), then the stream at 32, the attribute pointer at 40, their count at 48 (56 bytes)."""
-    assert ctypes.sizeof(loader._LaunchAttribute) == 72 and loader._LaunchAttribute.value.offset == 8
-    assert ctypes.sizeof(loader._LaunchConfig) == 56
-    assert (loader._LaunchConfig.shared_mem.offset, loader._LaunchConfig.stream.offset,
-            loader._LaunchConfig.attrs.offset, loader._LaunchConfig.num_attrs.offset) == (24, 32, 40, 48)
-    assert loader._PROGRAMMATIC.id == 6 and loader._PROGRAMMATIC.value[0] == 1
+    assert ctypes.sizeof(driver.LaunchAttribute) == 72 and driver.LaunchAttribute.value.offset == 8
+    assert ctypes.sizeof(driver.LaunchConfig) == 56
+    assert (driver.LaunchConfig.shared_mem.offset, driver.LaunchConfig.stream.offset,
+            driver.LaunchConfig.attrs.offset, driver.LaunchConfig.num_attrs.offset) == (24, 32, 40, 48)
+    assert driver.PROGRAMMATIC.id == 6 and driver.PROGRAMMATIC.value[0] == 1
 
 
 class _FakeDevice:
@@ -84,7 +84,7 @@ def test_device_facts_are_read_once_per_device(monkeypatch):
         monkeypatch.setattr(_FakeDevice, "current", device)
         facts = loader.device_facts()
         assert (facts.compute_capability, facts.sm_count, facts.l2_cache_bytes) == _FakeDevice.specs[device]
-        assert loader._programmatic_launch_supported() == (device == 0)  # sm_90 and newer
+        assert loader.programmatic_launch_supported() == (device == 0)  # sm_90 and newer
     assert _FakeDevice.reads == {0: 1, 1: 1}
 
 

@@ -95,12 +95,14 @@ class _Workspace:
         self.unit_starts = cupy.empty(V, i32)
 
 
-_workspaces: dict = {}
+#: The workspaces built so far, by (device, stream, BT, V, channel groups, route, dtype, launch kind, bucket rows):
+#: each route's buffers, reused by every table of that size on that stream (``build_in_workspace``).
+workspaces: dict = {}
 
 
 def release_workspaces() -> None:
     """Forget every cached workspace (the next table allocates afresh; e.g. after changing the grid cap)."""
-    _workspaces.clear()
+    workspaces.clear()
 
 
 def _grid_size(BT: int, V: int) -> int:
@@ -253,8 +255,8 @@ def _capture_scatter(cupy, inp, BT: int, V: int, groups: int, dtype, ws):
     return graph
 
 
-def _launch(inp, C: int, dtype, V: int, stop_after: int = 0, route: str | None = None, bucket_rows: bool = True,
-            clear_counts: bool = False):
+def build_in_workspace(inp, C: int, dtype, V: int, stop_after: int = 0, route: str | None = None,
+                       bucket_rows: bool = True, clear_counts: bool = False):
     """Build the table for these ids by ``route`` (``stop_after`` > 0: only its first phases; ``bucket_rows`` as in
     ``build_bucket_table_gpu``; ``clear_counts``: the scatter route clears its counts first, step by step, whether
     they need it or not, as phase timing asks); the workspace."""
@@ -269,10 +271,10 @@ def _launch(inp, C: int, dtype, V: int, stop_after: int = 0, route: str | None =
     rows = bool(bucket_rows) or route != "scatter"
     key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, BT, V, groups, route, dtype_name(dtype),
            loader.PROGRAMMATIC_LAUNCH, rows)
-    ws = _workspaces.get(key)
+    ws = workspaces.get(key)
     if ws is None:
         grid = _grid_size(BT, V) if route == "cooperative" else 1
-        ws = _workspaces[key] = _Workspace(cupy, BT, V, groups, grid, route, rows)
+        ws = workspaces[key] = _Workspace(cupy, BT, V, groups, grid, route, rows)
     if route == "scatter" and stop_after == 0 and not clear_counts:
         _launch_scatter_graph(cupy, inp, BT, V, groups, dtype, ws)
     elif route == "scatter":
@@ -303,7 +305,7 @@ def build_bucket_table_gpu(inp, C: int, dtype, V: int, *, route: str | None = No
     The table's ``has_bucket_rows`` says which, and readers of the rows (``to_host``, the bucketed wte kernel)
     refuse a table without them.
     """
-    ws = _launch(inp, C, dtype, V, route=route, bucket_rows=bucket_rows)
+    ws = build_in_workspace(inp, C, dtype, V, route=route, bucket_rows=bucket_rows)
     return DeviceBucketTable(info=ws.info, bt_list=ws.bt_list, units=ws.units, counters=ws.counters, C=C,
                              dtype=np.dtype(dtype), has_bucket_rows=bool(bucket_rows) or ws.route == "cooperative")
 
@@ -348,17 +350,17 @@ def phase_times_us(inp, C: int, dtype, V: int, *, repeats: int = 20, route: str 
 
     def per_launch_us(stop_after: int) -> float:
         with stream:
-            _launch(inp, C, dtype, V, stop_after, route, clear_counts=clear)  # warm-up: compiles, allocates
+            build_in_workspace(inp, C, dtype, V, stop_after, route, clear_counts=clear)  # warm-up: compiles, allocates
             try:
                 stream.begin_capture()
                 for _ in range(repeats):
-                    _launch(inp, C, dtype, V, stop_after, route, clear_counts=clear)
+                    build_in_workspace(inp, C, dtype, V, stop_after, route, clear_counts=clear)
                 graph = stream.end_capture()
                 run = lambda: graph.launch(stream)  # noqa: E731
             except Exception:  # no graph capture of this launch here: back-to-back launches instead
                 if stream.is_capturing():
                     stream.end_capture()
-                run = lambda: [_launch(inp, C, dtype, V, stop_after, route, clear_counts=clear)  # noqa: E731
+                run = lambda: [build_in_workspace(inp, C, dtype, V, stop_after, route, clear_counts=clear)  # noqa: E731
                                for _ in range(repeats)]
             samples = []
             for _ in range(5):

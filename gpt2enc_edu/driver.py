@@ -1,0 +1,113 @@
+"""The CUDA driver calls CuPy does not offer, through ``ctypes``: a programmatic dependent launch
+(``cuLaunchKernelEx`` with its attribute) and the occupancy calculator. ``loader.launch`` and ``loader.blocks_per_sm``
+call them; nothing else in the package needs the driver directly.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import struct
+
+import numpy as np
+
+# cuLaunchKernelEx's structures (cuda.h): CUlaunchAttribute is a 4-byte id, 4 bytes of padding and a 64-byte
+# union; CUlaunchConfig is the grid, the block, the dynamic shared memory, the stream and the attributes.
+CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+
+
+class LaunchAttribute(ctypes.Structure):
+    """``CUlaunchAttribute``."""
+
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_int * 16)]
+
+
+class LaunchConfig(ctypes.Structure):
+    """``CUlaunchConfig``."""
+
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared_mem", ctypes.c_uint),
+                ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(LaunchAttribute)), ("num_attrs", ctypes.c_uint)]
+
+
+#: The one attribute of every programmatic launch (cuLaunchKernelEx copies it).
+PROGRAMMATIC = LaunchAttribute(id=CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
+PROGRAMMATIC.value[0] = 1  # programmaticStreamSerializationAllowed
+
+#: Scalar kernel arguments the launcher takes, by NumPy type: their ``struct`` format in an 8-byte slot (the
+#: package passes sizes as int32 and seeds as uint32).
+SCALAR_FORMATS = {np.int32: "i4x", np.uint32: "I4x", np.float32: "f4x", np.int64: "q", np.uint64: "Q"}
+
+
+def kernel_params(args: tuple):
+    """cuLaunchKernelEx's ``void* params[]`` in one buffer: the arguments' values, one 8-byte slot each (a device
+    address, or a scalar's bytes at the start of its slot), then the slots' addresses. Returns the buffer (keep it
+    alive until the launch call returns: the driver copies the values then) and the address of ``params``."""
+    formats, values = ["<"], []
+    for arg in args:
+        scalar_format = SCALAR_FORMATS.get(type(arg))
+        if scalar_format is not None:
+            formats.append(scalar_format)
+            values.append(arg)
+            continue
+        try:
+            values.append(arg.data.ptr)  # a CuPy array: its device address
+        except AttributeError:
+            names = sorted(t.__name__ for t in SCALAR_FORMATS)
+            raise TypeError(f"cannot pass a {type(arg).__name__} to a kernel launched after another; give a CuPy "
+                            f"array or a NumPy scalar of one of {names}") from None
+        formats.append("Q")
+    count = len(args)
+    buffer = ctypes.create_string_buffer(16 * max(count, 1))
+    base = ctypes.addressof(buffer)
+    formats.append(f"{count}Q")
+    struct.pack_into("".join(formats), buffer, 0, *values, *range(base, base + 8 * count, 8))
+    return buffer, base + 8 * count
+
+
+@functools.lru_cache(maxsize=None)
+def libcuda():
+    """libcuda's cuLaunchKernelEx, cuOccupancyMaxActiveBlocksPerMultiprocessor and cuGetErrorString (CuPy has
+    loaded the library already)."""
+    lib = ctypes.CDLL("libcuda.so.1")
+    lib.cuLaunchKernelEx.argtypes = [ctypes.POINTER(LaunchConfig), ctypes.c_void_p, ctypes.c_void_p,
+                                     ctypes.c_void_p]
+    lib.cuLaunchKernelEx.restype = ctypes.c_int
+    lib.cuGetErrorString.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+    lib.cuGetErrorString.restype = ctypes.c_int
+    lib.cuOccupancyMaxActiveBlocksPerMultiprocessor.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p,
+                                                                ctypes.c_int, ctypes.c_size_t]
+    lib.cuOccupancyMaxActiveBlocksPerMultiprocessor.restype = ctypes.c_int
+    return lib
+
+
+def check(status: int, call: str) -> None:
+    """RuntimeError with the driver's words for a failed ``call``."""
+    if status != 0:
+        text = ctypes.c_char_p()
+        libcuda().cuGetErrorString(status, ctypes.byref(text))
+        raise RuntimeError(f"{call} returned {status} ({(text.value or b'unknown error').decode()})")
+
+
+def max_active_blocks(function_ptr: int, block: int, shared_mem: int) -> int:
+    """The occupancy calculator's blocks per SM of the loaded ``CUfunction`` at ``function_ptr``."""
+    count = ctypes.c_int()
+    check(libcuda().cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(count), function_ptr, block, shared_mem),
+          "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+    return count.value
+
+
+_configs: dict = {}
+
+
+def launch_programmatic(function_ptr: int, grid: tuple, block: int, args: tuple, shared_mem: int,
+                        stream_ptr: int) -> None:
+    """The loaded ``CUfunction`` at ``function_ptr`` on ``stream_ptr``, with the programmatic-stream-serialization
+    attribute set (configurations kept by shape)."""
+    key = (grid, block, shared_mem, stream_ptr)
+    config = _configs.get(key)
+    if config is None:
+        grid3 = (grid + (1, 1))[:3]
+        config = _configs[key] = LaunchConfig((ctypes.c_uint * 3)(*grid3), (ctypes.c_uint * 3)(block, 1, 1),
+                                              shared_mem, stream_ptr, ctypes.pointer(PROGRAMMATIC), 1)
+    buffer, params = kernel_params(args)  # buffer: alive until this function returns
+    check(libcuda().cuLaunchKernelEx(ctypes.byref(config), function_ptr, params, None), "cuLaunchKernelEx")
