@@ -15,17 +15,22 @@ token counts, the bucket table, the exact rounding rule, ``bench.floor.minimal_b
 are compared exactly (the rounding probability is checked on every one of the 65536 patterns of the
 dropped bits); integer answers must be integers (``12.0`` or ``12 + 0.9`` is not a byte count, ``True``
 is not a bucket index). Worked solutions live outside the package, in ``solutions/exercises.py``.
+
+These checks run in the notebook's own process (a learner could patch them there); ``course.report()`` lists
+them as "in-process", apart from the build-its, which are graded in a separate process (``grading``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 
 from ..backend import array_module, to_numpy
 from ..layout import pack_size
 from ..rounding import bfloat16
+from . import record
 
 
 class ExerciseError(AssertionError):
@@ -77,13 +82,18 @@ def _call(fn, *args):
 
 
 def _report(number: int, check) -> bool:
-    """Run ``check()``; print whether exercise ``number`` is open or correct and return True when correct."""
+    """Run ``check()``; print whether exercise ``number`` is open or correct, record a wrong or right answer for
+    ``course.report()`` (form "in-process"), and return True when correct."""
     exercise = EXERCISES[number]
     try:
         check()
     except _NotDone:
         print(f"Exercise {number} ({exercise.title}): not done yet - hint: {exercise.hint}")
         return False
+    except ExerciseError as exc:
+        record.add(f"exercise {number}", "in-process", SimpleNamespace(status="failed", message=str(exc)))
+        raise
+    record.add(f"exercise {number}", "in-process", SimpleNamespace(status="correct", message="correct"))
     print(f"Exercise {number} ({exercise.title}): correct.")
     return True
 
