@@ -241,7 +241,7 @@ def encoder_backward_deterministic_gpu_bucketing(dwte, dwpe, dout, inp, B: int, 
     dwpe's packs in turn, so that the table's kernels are not kept waiting for SMs (docs/experiments.md, schedule,
     streams and launches).
     """
-    if one_launch_backward(method.name, "gpu", B * T, V, buckets_given=table is not None):
+    if one_launch_backward(method, "gpu", B * T, V, buckets_given=table is not None):
         _launcher(method.one_launch)(dwte, dwpe, dout, inp, B, T, C, seed)  # one launch, its own sort: no table
         return
     cupy = cupy_module()
