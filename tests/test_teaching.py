@@ -12,14 +12,14 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
 THREE_HOURS = 180
 
 
-def _table(column: int = 3) -> tuple[dict[str, int], int]:
+def _table(column: int = 3) -> tuple[dict[str, int | None], int]:
     """``{notebook stem: minutes}`` of a column (3: core, 4: optional) and the stated core path total, from the
     table of docs/teaching.md."""
     rows, total = {}, None
     for line in TEACHING.read_text().splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) >= 5 and re.fullmatch(r"`\d\d_\w+`", cells[0]):
-            rows[cells[0].strip("`")] = int(cells[column])
+            rows[cells[0].strip("`")] = None if cells[column] == "-" else int(cells[column])
         elif cells and cells[0] == "**core path**":
             total = int(cells[3].strip("*"))
     assert total is not None, "docs/teaching.md has no **core path** row"
@@ -28,14 +28,17 @@ def _table(column: int = 3) -> tuple[dict[str, int], int]:
 
 def _intro_minutes(notebook: Path) -> int:
     """The core minutes a notebook's intro states: ``**Time:** about N minutes for the core sections``."""
-    match = re.search(r"\*\*Time:\*\* about (\d+) minutes for the core sections", notebook.read_text())
+    match = re.search(r"\*\*Time:\*\* about (\d+) minutes(?: for the core sections|, all of it core)",
+                      notebook.read_text())
     assert match, f"{notebook.name}: its intro states no '**Time:** about N minutes for the core sections'"
     return int(match.group(1))
 
 
-def _intro_optional_minutes(notebook: Path) -> int:
-    """The minutes a notebook's intro gives its optional sections (two phrasings)."""
+def _intro_optional_minutes(notebook: Path) -> int | None:
+    """The minutes a notebook's intro gives its optional sections (two phrasings), ``None`` for "all of it core"."""
     text = " ".join(line.lstrip("# ") for line in notebook.read_text().splitlines()[:60])
+    if re.search(r"\*\*Time:\*\* about \d+ minutes, all of it core", text):
+        return None
     match = re.search(r"marked \*\(optional\)\* add about (\d+)|core sections, (\d+) more for", text)
     assert match, f"{notebook.name}: its intro states no time for its optional sections"
     return int(match.group(1) or match.group(2))
