@@ -37,9 +37,11 @@ def add(check: str, form: str, verdict, *, file=None) -> None:
     """Append one check's outcome (to ``file``, else ``path()``); a record that cannot be written warns once and
     never fails the check."""
     global _warned
-    where = "GPU" if form == "CUDA" else "CPU (grid emulator)" if form == "per-thread Python" else "notebook"
+    status = getattr(verdict, "status", "") or ("correct" if verdict else "failed")
+    where = ("no GPU here" if status == "no GPU" else "GPU" if form == "CUDA" else
+             "CPU (grid emulator)" if form == "per-thread Python" else "notebook")
     line = {"check": check, "notebook": NOTEBOOK.get(check, ""), "form": form, "ran_on": where,
-            "status": getattr(verdict, "status", "") or ("correct" if verdict else "failed"),
+            "status": status,
             "message": str(getattr(verdict, "message", ""))[:300],
             "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "seconds": round(float(getattr(verdict, "seconds", 0.0)), 2)}
