@@ -28,21 +28,9 @@ class Problem:
     dwte: np.ndarray  #: (V, C), the gradient before this step
     dwpe: np.ndarray  #: (maxT, C)
 
-    @property
-    def B(self) -> int:
-        return self.inp.shape[0]
-
-    @property
-    def T(self) -> int:
-        return self.inp.shape[1]
-
-    @property
-    def C(self) -> int:
-        return self.wte.shape[1]
-
-    @property
-    def V(self) -> int:
-        return self.wte.shape[0]
+    #: The sizes, read from the arrays: (B, T) of ``inp``, (V, C) of ``wte``.
+    B, T = (property(lambda self, i=i: self.inp.shape[i]) for i in range(2))
+    V, C = (property(lambda self, i=i: self.wte.shape[i]) for i in range(2))
 
     @property
     def dtype(self) -> np.dtype:

@@ -10,6 +10,9 @@
 // in the same warp for the 35 with 2 <= j < 64 (a __shfl_xor_sync, no barrier), and in another warp only for
 // the 10 with j >= 64 (shared memory, one __syncthreads each; two buffers alternate so that a step's writes never
 // meet the reads of the step before). With unique keys the sorted order has one answer.
+//
+// block_sort_positions builds the keys (id << POS_BITS) | position and sorts them; segment_heads then marks where each
+// id's run of sorted slots starts, which both kernels read as one segment per distinct token.
 #pragma once
 
 #include "common.cuh"
@@ -82,4 +85,21 @@ __device__ __forceinline__ void block_sort_positions(const int* inp, int n, unsi
     block_bitonic_sort<THREADS, KEYS>(key, buf);
 #pragma unroll
     for (int q = 0; q < KEYS; q++) { sorted[first + q] = key[q]; }
+}
+
+// The segments of the sorted keys, one per distinct id: head[q] = 1 where slot first + q (below n) starts one, its
+// id differing from the slot before's; returns how many of this thread's slots do. Reads sorted[], which the caller
+// has published with a barrier.
+template <int KEYS, int POS_BITS>
+__device__ __forceinline__ int segment_heads(const unsigned int (&key)[KEYS], const unsigned int* sorted, int n,
+                                             int (&head)[KEYS]) {
+    int first = threadIdx.x * KEYS;
+    int heads = 0;
+#pragma unroll
+    for (int q = 0; q < KEYS; q++) {
+        int p = first + q;
+        head[q] = p < n && (p == 0 || (key[q] >> POS_BITS) != (sorted[p - 1] >> POS_BITS));
+        heads += head[q];
+    }
+    return heads;
 }

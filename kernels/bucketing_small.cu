@@ -85,13 +85,7 @@ extern "C" __global__ void __launch_bounds__(SMALL_THREADS)
 
     // Phase 2: slot p starts a segment where its id differs from slot p - 1's.
     int head[SMALL_KEYS];
-    int heads = 0;
-#pragma unroll
-    for (int q = 0; q < SMALL_KEYS; q++) {
-        int p = first + q;
-        head[q] = p < BT && (p == 0 || (key[q] >> SMALL_POS_BITS) != (sorted[p - 1] >> SMALL_POS_BITS));
-        heads += head[q];
-    }
+    int heads = segment_heads<SMALL_KEYS, SMALL_POS_BITS>(key, sorted, BT, head);
     int num_distinct;
     int seg = block_exclusive_sum(heads, &num_distinct, scratch) - 1;  // the segment before this thread's slots
     int seg_of[SMALL_KEYS];

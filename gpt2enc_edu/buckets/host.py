@@ -57,22 +57,9 @@ class BucketTable:
     def num_units(self) -> int:
         return int(self.units.shape[0])
 
-    @property
-    def starts(self) -> np.ndarray:
-        return self.info[:, 0]
-
-    @property
-    def sizes(self) -> np.ndarray:
-        """Items per bucket (occurrences of its token), descending."""
-        return self.info[:, 1]
-
-    @property
-    def token_ids(self) -> np.ndarray:
-        return self.info[:, 2]
-
-    @property
-    def c_groups(self) -> np.ndarray:
-        return self.info[:, 3]
+    #: The columns of ``info``: each bucket's start in ``bt_list``, its items (occurrences of its token, descending),
+    #: its token and its channel group.
+    starts, sizes, token_ids, c_groups = (property(lambda self, i=i: self.info[:, i]) for i in range(4))
 
     @property
     def num_c_groups(self) -> int:
