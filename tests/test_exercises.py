@@ -15,6 +15,12 @@ import solutions.exercises as solutions
 from gpt2enc_edu.course import exercises
 
 
+@pytest.fixture(autouse=True)
+def _record(tmp_path, monkeypatch):
+    """The checks record into a file of the test's own, not the user's home."""
+    monkeypatch.setenv("GPT2ENC_EDU_RECORD", str(tmp_path / "checks.jsonl"))
+
+
 def _np(x):
     return np.asarray(x.get() if hasattr(x, "get") else x)
 
