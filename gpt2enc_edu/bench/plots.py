@@ -75,6 +75,31 @@ def _batch_axis(ax, rows) -> None:
     ax.set_xlabel("batch size B (T=1024)")
 
 
+def _log_panel(ax, rows, kind: str) -> None:
+    """What every line plot's panel has: the batch-size axis, a log time or rate axis, the id kind, a grid."""
+    _batch_axis(ax, rows)
+    ax.set_yscale("log")
+    ax.set_title(f"{kind} ids")
+    ax.grid(True, which="both", alpha=0.3)
+
+
+def _case_lines(ax, rows, kind: str, key: str) -> None:
+    """One line per case of ``key`` against B, in the case's color and its family's style."""
+    for case in CASES:
+        bs, values = _series(rows, case.name, kind, key)
+        if bs:
+            ax.plot(bs, values, _FAMILY_STYLE[case.family], marker="o", ms=3, color=CASE_COLORS[case.name],
+                    label=case.label)
+
+
+def _finish(fig, axes, ylabel: str, title: str, meta):
+    """The first panel's y label, the legend and the title; returns the figure."""
+    axes[0].set_ylabel(ylabel)
+    _legend(fig, axes)
+    fig.suptitle(_title(title, meta))
+    return fig
+
+
 def _title(text: str, meta) -> str:
     """A figure's title, followed by the run's device and date when the results carry them."""
     if not meta:
@@ -107,15 +132,8 @@ def plot_times(rows, *, fig=None, meta=None, floors: bool = True):
                 if points:
                     ax.plot([p[0] for p in points], [p[1] for p in points], style, color="black", lw=1.5,
                             label=f"floor, {op}")
-        _batch_axis(ax, rows)
-        ax.set_yscale("log")
-        ax.set_title(f"{kind} ids")
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0].set_ylabel("time per call (us), median")
-    _legend(fig, axes)
-    title = "GPT-2 encoder: time vs batch size"
-    fig.suptitle(_title(title, meta))
-    return fig
+        _log_panel(ax, rows, kind)
+    return _finish(fig, axes, "time per call (us), median", "GPT-2 encoder: time vs batch size", meta)
 
 
 def plot_percent_of_floor(rows, *, fig=None, meta=None):
@@ -124,20 +142,10 @@ def plot_percent_of_floor(rows, *, fig=None, meta=None):
     kinds = _kinds(rows)
     fig, axes = _new_figure(fig, len(kinds))
     for ax, kind in zip(axes, kinds):
-        for case in CASES:
-            bs, pct = _series(rows, case.name, kind, "pct_of_floor")
-            if bs:
-                ax.plot(bs, pct, _FAMILY_STYLE[case.family], marker="o", ms=3, color=CASE_COLORS[case.name],
-                        label=case.label)
+        _case_lines(ax, rows, kind, "pct_of_floor")
         ax.axhline(100, color="black", lw=1)
-        _batch_axis(ax, rows)
-        ax.set_yscale("log")
-        ax.set_title(f"{kind} ids")
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0].set_ylabel("% of floor (higher is better)")
-    _legend(fig, axes)
-    fig.suptitle(_title("Percent of the memory floor", meta))
-    return fig
+        _log_panel(ax, rows, kind)
+    return _finish(fig, axes, "% of floor (higher is better)", "Percent of the memory floor", meta)
 
 
 def plot_roofline(rows, *, fig=None, meta=None):
@@ -151,23 +159,13 @@ def plot_roofline(rows, *, fig=None, meta=None):
     rate = copy_rate_of(rows, meta)
     fig, axes = _new_figure(fig, len(kinds))
     for ax, kind in zip(axes, kinds):
-        for case in CASES:
-            bs, gbps = _series(rows, case.name, kind, "achieved_GBps")
-            if bs:
-                ax.plot(bs, gbps, _FAMILY_STYLE[case.family], marker="o", ms=3, color=CASE_COLORS[case.name],
-                        label=case.label)
+        _case_lines(ax, rows, kind, "achieved_GBps")
         if rate is not None:
             ax.axhline(rate / 1e9, color="black", lw=1.5, label=f"copy rate (roof), {rate / 1e9:.0f} GB/s")
             lowest = min(r["achieved_GBps"] for r in rows if r["ids"] == kind)
             ax.set_ylim(min(lowest, rate / 1e9) / 2, 2 * rate / 1e9)
-        _batch_axis(ax, rows)
-        ax.set_yscale("log")
-        ax.set_title(f"{kind} ids")
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0].set_ylabel("achieved GB/s = minimal bytes / time")
-    _legend(fig, axes)
-    fig.suptitle(_title("Achieved bandwidth against the copy rate", meta))
-    return fig
+        _log_panel(ax, rows, kind)
+    return _finish(fig, axes, "achieved GB/s = minimal bytes / time", "Achieved bandwidth against the copy rate", meta)
 
 
 def has_breakdown(rows) -> bool:
@@ -208,10 +206,7 @@ def plot_breakdown(rows, *, fig=None, meta=None):
         ax.set_xlabel("batch size B (T=1024); left bar chunked, right bar bucketed")
         ax.set_title(f"{kind} ids")
         ax.grid(True, axis="y", alpha=0.3)
-    axes[0].set_ylabel("time (us), median of each piece alone")
-    _legend(fig, axes)
-    fig.suptitle(_title("Deterministic backward, kernel by kernel", meta))
-    return fig
+    return _finish(fig, axes, "time (us), median of each piece alone", "Deterministic backward, kernel by kernel", meta)
 
 
 def save_plots(rows, out_dir, *, meta=None) -> list[Path]:
