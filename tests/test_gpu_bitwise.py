@@ -7,6 +7,7 @@ import pytest
 
 import gpt2enc_edu as enc
 from gpt2enc_edu import compare
+from gpt2enc_edu.methods import deterministic_methods
 from gpt2enc_edu.problems import count_poison, poisoned, random_problem
 from gpt2enc_edu.rounding import bfloat16
 
@@ -44,25 +45,6 @@ def test_forward_bitwise(rng, dtype, case):
     assert compare.bitwise_equal(gpu, cpu)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("case", CASES)
-def test_bucketed_backward_bitwise(rng, dtype, case):
-    import cupy
-
-    B, T, C, V, maxT, ids = case
-    p = random_problem(B, T, C, V, maxT, dtype=dtype, ids=ids, rng=rng)
-    seed = int(rng.integers(2**32))
-    cpu = p.on(np)
-    enc.encoder_backward(cpu.dwte, cpu.dwpe, cpu.dout, cpu.inp, seed=seed)
-    gpu = p.on(cupy)
-    enc.encoder_backward(gpu.dwte, gpu.dwpe, gpu.dout, gpu.inp, seed=seed)
-    for name in ("dwpe", "dwte"):
-        got, want = getattr(gpu, name), getattr(cpu, name)
-        assert compare.bitwise_equal(got, want), f"{name}: {compare.count_bit_differences(got, want)} differ"
-    # Something really changed (the gradient is not the input returned untouched).
-    assert not compare.bitwise_equal(gpu.dwte, p.dwte)
-
-
 def test_thousand_item_bucket_exists():
     from gpt2enc_edu.tokens import make_ids
 
@@ -98,21 +80,25 @@ def test_cupy_bf16_cast_is_round_to_nearest(rng):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", CASES)
-def test_chunked_backward_bitwise_and_routes_agree(rng, dtype, case):
-    """The chunked kernel equals its mirror, with the table built on the CPU or on the GPU."""
+@pytest.mark.parametrize("method", deterministic_methods())
+def test_deterministic_backward_bitwise_and_routes_agree(rng, dtype, case, method):
+    """Each deterministic method's kernels equal their mirror, with the table built on the CPU or on the GPU."""
     import cupy
 
     B, T, C, V, maxT, ids = case
     p = random_problem(B, T, C, V, maxT, dtype=dtype, ids=ids, rng=rng)
     seed = int(rng.integers(2**32))
     cpu = p.on(np)
-    enc.encoder_backward(cpu.dwte, cpu.dwpe, cpu.dout, cpu.inp, seed=seed, method="chunked")
+    enc.encoder_backward(cpu.dwte, cpu.dwpe, cpu.dout, cpu.inp, seed=seed, method=method)
     for bucketing in ("cpu", "gpu"):
         gpu = p.on(cupy)
-        enc.encoder_backward(gpu.dwte, gpu.dwpe, gpu.dout, gpu.inp, seed=seed, method="chunked", bucketing=bucketing)
-        assert compare.bitwise_equal(gpu.dwpe, cpu.dwpe), bucketing
-        assert compare.bitwise_equal(gpu.dwte, cpu.dwte), (
-            f"{bucketing}: {compare.count_bit_differences(gpu.dwte, cpu.dwte)} dwte elements differ")
+        enc.encoder_backward(gpu.dwte, gpu.dwpe, gpu.dout, gpu.inp, seed=seed, method=method, bucketing=bucketing)
+        for name in ("dwpe", "dwte"):
+            got, want = getattr(gpu, name), getattr(cpu, name)
+            assert compare.bitwise_equal(got, want), (
+                f"{bucketing}: {name}: {compare.count_bit_differences(got, want)} elements differ")
+    # Something really changed (the gradient is not the input returned untouched).
+    assert not compare.bitwise_equal(gpu.dwte, p.dwte)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
