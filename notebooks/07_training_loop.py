@@ -86,10 +86,11 @@ else:
 # `nn.Embedding`, so a tied LM head and gradient accumulation just work. Every backward draws a new
 # stochastic-rounding seed from a `torch.Generator`: seed the generator, and the seeds repeat.
 #
-# One thing it does that a plain call does not: the deterministic backward needs the bucket table of the ids,
-# and the ids are known at the forward. So on a GPU the forward starts the table on a side stream
-# (`bucket_ahead=True`), where it runs while the rest of the model computes, and the backward only sums
-# (`encoder_backward(..., buckets=table)`): the table leaves the backward's critical path, with the same bits.
+# Inside a call the adapter never waits for the GPU: on a GPU the ids are checked by a kernel
+# (`kernels/token_ids.cu`, which also writes the `int32` copy the other kernels read; an id out of range stops it
+# with a trap, as `nn.Embedding`'s device-side assert does), and nothing the host decides depends on the GPU's
+# data. So the host can queue a step ahead of the GPU, and a whole step can be captured in a CUDA graph
+# (`torch.cuda.graph`, or `torch.compile(mode="reduce-overhead")`; `docs/torch.md`).
 #
 # First, the adapter against the package's own calls, on this backend:
 
@@ -295,8 +296,8 @@ else:
 # The encoder alone, forward plus backward into `.grad`, timed from the host around synchronised calls (so
 # Python, launches and the id check are included, as a training step pays them). On the GPU at GPT-2 size
 # (B = 8, T = 1024, C = 768, V = 50,257, bf16); on the CPU at this notebook's CPU size, where "ours" is the
-# NumPy mirror, written to show the kernels' arithmetic, not to be fast. `check_ids=False` skips the id range
-# check, whose host sync also stops the CPU from queueing work ahead of the GPU.
+# NumPy mirror, written to show the kernels' arithmetic, not to be fast. `check_ids=False` skips the id check (on
+# the GPU one small kernel, on the CPU a NumPy comparison).
 
 # %%
 if torch is None:
@@ -311,13 +312,12 @@ else:
         print(f"{label:<34} {ms:8.3f} ms")
 
 # %% [markdown]
-# On a GPU our encoder takes longer here than `nn.Embedding`, although the README and notebook 05 find its
-# kernels several times faster than PyTorch's. Both are true, because they time different things. The benchmark
-# times the **GPU's work** of one call (CUDA events, host overhead hidden); the cell above times the **host**
-# around a whole forward and backward, and for our encoder that is mostly Python: the adapter's `autograd.Function`,
-# the tensors viewed as CuPy arrays, the id range check (which waits for the GPU), the bucket table started on a
-# side stream, the launches through CuPy. `nn.Embedding`'s path is C++ all the way. The GPU times of the same size,
-# from the committed benchmark:
+# These are not the README's and notebook 05's numbers, which find our kernels several times faster than
+# PyTorch's, and they need not agree with them: they time different things. The benchmark times the **GPU's work**
+# of one call (CUDA events, host overhead hidden); the cell above times the **host** around a whole forward and
+# backward, which for our encoder includes its Python: the adapter's `autograd.Function`, the tensors viewed as CuPy
+# arrays, each launch through CuPy. `nn.Embedding`'s path is C++ all the way. The GPU's work of the same calls,
+# from the committed benchmark (and, where it holds them, its host-timed steps):
 
 # %%
 from gpt2enc_edu import bench
@@ -333,15 +333,21 @@ if {"forward", "chunked_gpu", "torch_forward", "torch_backward_det"} <= gpu_us.k
     print(f"GPU time per call, B=8, T=1024, C=768, real ids ({bench_meta.get('device')}, committed bench):")
     print(f"  {'ours: forward + chunked backward':<42} {gpu_us['forward'] + gpu_us['chunked_gpu']:7.1f} us")
     print(f"  {'PyTorch: forward + deterministic backward':<42} {gpu_us['torch_forward'] + gpu_us['torch_backward_det']:7.1f} us")
+steps = {case: gpu_us[case] for case in ("adapter_step", "adapter_step_graph", "torch_step", "torch_step_det")
+         if case in gpu_us}
+if steps:
+    print("host-timed forward + backward, the same size (committed bench):")
+    for case, us in steps.items():
+        print(f"  {case:<42} {us:7.1f} us")
 
 # %% [markdown]
-# So what the encoder changes in a whole step depends on which side waits. Where the host is the bottleneck (a small
-# model like this one, whose GPU work per step is short), the adapter's host time adds to every step, as the
-# ms-per-step column of section 5 shows. Where the GPU is (a real model, whose forward and backward keep the GPU
-# busy for far longer than the host needs to queue them), the host runs ahead, its overhead hides behind the GPU's
-# work, and what the step pays is the kernels' GPU time, where ours are the faster. `check_ids=False` removes the
-# one host wait of the id check, which is what lets the host run ahead; the adapter's remaining Python is the
-# thing to make cheaper.
+# Where our host-timed figure is far above the GPU's work, the difference is host work. What it changes in a whole
+# step depends on which side waits. Where the host is the bottleneck (a small model like this one, whose GPU work
+# per step is short), the adapter's host time adds to every step, as the ms-per-step column of section 5 shows.
+# Where the GPU is (a real model, whose forward and backward keep the GPU busy for far longer than the host needs
+# to queue them), the host runs ahead, since no call of the adapter waits for the GPU; its overhead hides behind
+# the GPU's work, and what the step pays is the kernels' GPU time, where ours are the faster. A CUDA graph of the
+# step takes the Python out altogether (the bench's `adapter_step_graph`, a replay of one).
 
 # %% [markdown]
 # ## 8. What made the rest of the model deterministic (core)
