@@ -382,6 +382,8 @@ del counts, big, first_sequence, twin, want
 # cooperative kernel "launch" is a run that returns at once; each step of the scatter route is a launch of its
 # own). On a GPU the cell measures now; on a CPU it draws the numbers committed from a run on the project's
 # H200 (`docs/walkthrough/bucketing_phases.json`). The title says which.
+#
+# ### Where does the table's time go, for one sequence and for 64?
 
 # %%
 phases = measured.bucketing_phases(xp)
