@@ -108,7 +108,8 @@ def text(exercise, verdict: Verdict, cases: list[Case]) -> str:
             lines.append(f"Time on 8x1024x768 bf16, Zipf ids (median of 20): your kernel "
                          f"{verdict.timings['yours']:.1f} us, the package's {verdict.timings['package']:.1f} us.")
     else:
-        where = f" on case '{verdict.case}' ({verdict.description})" if verdict.case else ""
+        shapes = f" ({verdict.description})" if verdict.description and verdict.description != verdict.case else ""
+        where = f" on case '{verdict.case}'{shapes}" if verdict.case else ""
         lines.append(f"{title}: FAILED{where}: {verdict.message}" + (f"\n{verdict.detail}" if verdict.detail else ""))
         if verdict.first_wrong is not None:
             lines.append(f"  {verdict.describe_first_wrong()}")
