@@ -4,7 +4,7 @@
 // work is cut so that neither rare nor very frequent tokens waste the GPU:
 //   a unit = (token, chunk): CHUNK_ITEMS consecutive positions of one token (the last chunk may be shorter);
 //   one WARP per unit and channel group (not one block per bucket). A token seen once no longer idles 7 warps,
-//   and a token seen 9000 times is spread over 282 units instead of running alone on one block.
+//   and a token seen n times is spread over CEIL_DIV(n, CHUNK_ITEMS) units instead of running alone on one block.
 //
 // The fixed order, which the NumPy mirror (gpt2enc_edu/mirror.py) follows exactly, for every channel:
 //   chunk partial  p = ((0 + d[item 0]) + d[item 1]) + ...      over the chunk's items, in bt order
@@ -189,8 +189,9 @@ __device__ __forceinline__ void stage_pack(float4* shared_target, const float* g
 }
 
 // The combine kernel. Adding a token's partials is one chain of dependent adds per channel, chunk after chunk. A
-// block that fetched its own partials, 16 chunks at a time, would wait one memory latency for every 16: a token seen
-// 9000 times (285 chunks at B=64 on Zipf ids) would keep one block busy long after every other warp was done.
+// block that fetched its own partials, 16 chunks at a time, would wait one memory latency for every 16: the most
+// frequent token of a large skewed batch (hundreds of chunks at B=64 on Zipf ids) would keep one block busy long
+// after every other warp was done.
 // Two changes take the waiting off that chain, without touching the order of any add:
 //   * the token's channels are cut into slices, as many as it has chunks (between combine_slices' bounds), and
 //     the block of the token's unit `chunk` takes slice `chunk` (and chunk + num_chunks, ... where there are more
