@@ -298,7 +298,7 @@ if rows:
 #
 # ## 6. (optional) The CPU bucketing on this machine
 #
-# `make_buckets` (the package's NumPy bucket table, `gpt2enc_edu/buckets.py`) timed now, on whatever CPU runs
+# `make_buckets` (the package's NumPy bucket table, `gpt2enc_edu/buckets/host.py`) timed now, on whatever CPU runs
 # this notebook (so it varies from machine to machine, and is not the H200 host's figure in the last panel
 # above). The benchmark times this route twice: inside the backward (`bucketed_cpu`: CUDA events around the
 # whole call, copies included) and alone (`make_buckets`: `time.perf_counter` around the NumPy call); two
