@@ -30,19 +30,23 @@ def test_wheel_contains_kernels_and_data(wheel):
     assert "gpt2enc_edu/data/gpt2_sample_ids.npy" in names
 
 
-def test_installed_copy_finds_its_own_kernels_and_sample(wheel, tmp_path):
+def _run_installed(wheel, tmp_path, probe: str) -> tuple[Path, list[str]]:
+    """Run ``probe`` from an empty folder with only the extracted wheel on the path, so the checkout cannot be
+    found; returns the site folder and the lines it printed."""
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
-    probe = (
-        "import gpt2enc_edu, gpt2enc_edu.loader as c, gpt2enc_edu.tokens as t;"
-        "print(c.kernel_dir()); print(t.gpt2_sample_ids().size);"
-        "print(len(c.kernel_source('encoder_forward.cu')) > 0)"
-    )
-    # Run from an empty folder with only the extracted wheel on the path, so the checkout cannot be found.
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path,
                             env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})
     assert result.returncode == 0, result.stderr
-    kernel_dir, sample_size, has_source = result.stdout.split()
+    return site, result.stdout.splitlines()
+
+
+def test_installed_copy_finds_its_own_kernels_and_sample(wheel, tmp_path):
+    site, (kernel_dir, sample_size, has_source) = _run_installed(wheel, tmp_path, (
+        "import gpt2enc_edu, gpt2enc_edu.loader as c, gpt2enc_edu.tokens as t;"
+        "print(c.kernel_dir()); print(t.gpt2_sample_ids().size);"
+        "print(len(c.kernel_source('encoder_forward.cu')) > 0)"
+    ))
     assert Path(kernel_dir) == site / "gpt2enc_edu" / "kernels"
     assert int(sample_size) > 10_000
     assert has_source == "True"
@@ -71,16 +75,10 @@ def test_wheel_carries_the_committed_results_unchanged(wheel):
 
 
 def test_installed_copy_finds_the_committed_results(wheel, tmp_path):
-    site = tmp_path / "site"
-    zipfile.ZipFile(wheel).extractall(site)
-    probe = (
+    site, (bench_dir, n_rows, source) = _run_installed(wheel, tmp_path, (
         "from gpt2enc_edu.course import measured; from gpt2enc_edu import bench;"
         "print(measured.bench_dir()); print(len(bench.load_results(measured.bench_dir())[0]));"
         "print(measured.forward_versions(__import__('numpy'))['source'])"
-    )
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path,
-                            env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})
-    assert result.returncode == 0, result.stderr
-    bench_dir, n_rows, source = result.stdout.splitlines()
+    ))
     assert Path(bench_dir) == site / "gpt2enc_edu" / "committed" / "bench"
     assert int(n_rows) > 0 and source.startswith("committed numbers from")
