@@ -97,6 +97,24 @@ def assert_rest_within_reference(result, ref, ref_abs, affected, dtype, method, 
     assert compare.within_bound(result[~affected], ref[~affected], bound[~affected])
 
 
+def one_value_reaches_only_its_elements(xp, rng, dtype, method, place, token, expect) -> None:
+    """``dout[b, t, CHANNEL] = value`` (``place`` = (b, t, value)) reaches dwte[token, CHANNEL] and dwpe[t, CHANNEL],
+    where ``expect`` holds; every other element keeps the bits of a clean run (deterministic methods) or lies within
+    the float64 reference's bound (atomic methods)."""
+    p = base_problem(rng, dtype)
+    bad_te, bad_tp = run(with_values(p, [place]), xp, method)
+    te, tp = masks([(token, CHANNEL)], [(place[1], CHANNEL)])
+    assert expect(as_f32(bad_te[te])).all() and expect(as_f32(bad_tp[tp])).all()
+    if method in DETERMINISTIC:
+        clean_te, clean_tp = run(p, xp, method)
+        assert_rest_unchanged_bitwise(bad_te, clean_te, te)
+        assert_rest_unchanged_bitwise(bad_tp, clean_tp, tp)
+        return
+    ref = reference.backward(p.dwte, p.dwpe, p.dout, p.inp)
+    assert_rest_within_reference(bad_te, ref.dwte, ref.dwte_abs, te, dtype, method, ref.max_terms)
+    assert_rest_within_reference(bad_tp, ref.dwpe, ref.dwpe_abs, tp, dtype, method, ref.max_terms)
+
+
 # ----------------------------------------------------------------------------------------------------------
 # one NaN
 
@@ -104,25 +122,12 @@ def assert_rest_within_reference(result, ref, ref_abs, affected, dtype, method, 
 @pytest.mark.parametrize("method", DETERMINISTIC)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_nan_reaches_only_its_elements_deterministic(xp, rng, dtype, method):
-    p = base_problem(rng, dtype)
-    clean_te, clean_tp = run(p, xp, method)
-    bad_te, bad_tp = run(with_values(p, [(1, 3, np.nan)]), xp, method)  # token 0, t = 3
-    te, tp = masks([(0, CHANNEL)], [(3, CHANNEL)])
-    assert np.isnan(as_f32(bad_te[te])).all() and np.isnan(as_f32(bad_tp[tp])).all()
-    assert_rest_unchanged_bitwise(bad_te, clean_te, te)
-    assert_rest_unchanged_bitwise(bad_tp, clean_tp, tp)
+    one_value_reaches_only_its_elements(xp, rng, dtype, method, (1, 3, np.nan), 0, np.isnan)  # token 0, t = 3
 
 
 @pytest.mark.parametrize("combo", ATOMIC)
 def test_nan_reaches_only_its_elements_atomic(xp, rng, combo):
-    dtype, method = combo
-    p = base_problem(rng, dtype)
-    ref = reference.backward(p.dwte, p.dwpe, p.dout, p.inp)
-    bad_te, bad_tp = run(with_values(p, [(1, 3, np.nan)]), xp, method)
-    te, tp = masks([(0, CHANNEL)], [(3, CHANNEL)])
-    assert np.isnan(as_f32(bad_te[te])).all() and np.isnan(as_f32(bad_tp[tp])).all()
-    assert_rest_within_reference(bad_te, ref.dwte, ref.dwte_abs, te, dtype, method, ref.max_terms)
-    assert_rest_within_reference(bad_tp, ref.dwpe, ref.dwpe_abs, tp, dtype, method, ref.max_terms)
+    one_value_reaches_only_its_elements(xp, rng, *combo, (1, 3, np.nan), 0, np.isnan)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -134,25 +139,13 @@ def test_nan_reaches_only_its_elements_atomic(xp, rng, combo):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_inf_stays_inf_deterministic(xp, rng, dtype, method, sign):
     """Inf through the sums and the (stochastic) rounding comes out as the same Inf, not NaN."""
-    p = base_problem(rng, dtype)
-    clean_te, clean_tp = run(p, xp, method)
-    bad_te, bad_tp = run(with_values(p, [(0, 4, sign * np.inf)]), xp, method)  # token 1, t = 4
-    te, tp = masks([(1, CHANNEL)], [(4, CHANNEL)])
-    assert (as_f32(bad_te[te]) == sign * np.inf).all() and (as_f32(bad_tp[tp]) == sign * np.inf).all()
-    assert_rest_unchanged_bitwise(bad_te, clean_te, te)
-    assert_rest_unchanged_bitwise(bad_tp, clean_tp, tp)
+    one_value_reaches_only_its_elements(xp, rng, dtype, method, (0, 4, sign * np.inf), 1,  # token 1, t = 4
+                                        lambda got: got == sign * np.inf)
 
 
 @pytest.mark.parametrize("combo", ATOMIC)
 def test_inf_stays_inf_atomic(xp, rng, combo):
-    dtype, method = combo
-    p = base_problem(rng, dtype)
-    ref = reference.backward(p.dwte, p.dwpe, p.dout, p.inp)
-    bad_te, bad_tp = run(with_values(p, [(0, 4, np.inf)]), xp, method)
-    te, tp = masks([(1, CHANNEL)], [(4, CHANNEL)])
-    assert (as_f32(bad_te[te]) == np.inf).all() and (as_f32(bad_tp[tp]) == np.inf).all()
-    assert_rest_within_reference(bad_te, ref.dwte, ref.dwte_abs, te, dtype, method, ref.max_terms)
-    assert_rest_within_reference(bad_tp, ref.dwpe, ref.dwpe_abs, tp, dtype, method, ref.max_terms)
+    one_value_reaches_only_its_elements(xp, rng, *combo, (0, 4, np.inf), 1, lambda got: got == np.inf)
 
 
 # ----------------------------------------------------------------------------------------------------------
