@@ -103,9 +103,9 @@ def one_launch_backward(method, bucketing: str, BT: int, V: int, *, buckets_give
     """Whether ``encoder_backward(..., method=method, bucketing=bucketing)`` on CuPy arrays (``method`` a name or its
     row), for BT ids of a vocabulary of V, is one launch of the method's ``one_launch`` kernel: a method that has
     one, with its table left to be built on the GPU in the call (``bucketing`` in ``GPU_BUCKETINGS``, and no
-    ``buckets=``), for a batch that ``small_backward_fits``. The one place that decides it: the dispatch, the PyTorch adapter (which then builds no
-    table ahead), the bench (which then reports no table share) and the sanitizer driver (which then expects that
-    one kernel) all ask here."""
+    ``buckets=``), for a batch that ``small_backward_fits``. The one place that decides it: the dispatch, the
+    PyTorch adapter (which then builds no table ahead), the bench (which then reports no table share) and the
+    sanitizer driver (which then expects that one kernel) all ask here."""
     row = method if isinstance(method, Method) else METHODS.get(method)
     return (row is not None and row.one_launch is not None and bucketing in GPU_BUCKETINGS and not buckets_given
             and small_backward_fits(BT, V))
