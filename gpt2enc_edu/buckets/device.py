@@ -23,7 +23,7 @@ from ..layout import (
     ceil_div,
 )
 from ..loader import cupy_module
-from .host import BucketTable
+from .host import BucketTable, rows_of
 
 
 def max_units(BT: int, V: int) -> int:
@@ -62,18 +62,9 @@ class DeviceBucketTable:
     dtype: np.dtype
     has_bucket_rows: bool = True  # False: ``info`` was not written (built with ``bucket_rows=False``)
 
-    @property
-    def max_buckets(self) -> int:
-        return int(self.info.shape[0])
-
-    @property
-    def max_units(self) -> int:
-        return int(self.units.shape[0])
-
-    @property
-    def num_positions(self) -> int:
-        """B*T: the length of ``bt_list`` (exact, unlike the bounds above)."""
-        return int(self.bt_list.shape[0])
+    max_buckets = rows_of("info", "A bound on the buckets (rows of ``info``), for launch grids.")
+    max_units = rows_of("units", "A bound on the units (rows of ``units``), for launch grids.")
+    num_positions = rows_of("bt_list", "B*T: the length of ``bt_list`` (exact, unlike the bounds above).")
 
     @property
     def num_buckets_device(self):

@@ -36,6 +36,11 @@ from ..backend import is_cupy_array
 from ..layout import CHUNK_ITEMS, c_per_group, ceil_div, num_c_groups
 
 
+def rows_of(field: str, doc: str) -> property:
+    """A property: the number of rows of the table's array ``field`` (host and device tables alike)."""
+    return property(lambda self: int(getattr(self, field).shape[0]), doc=doc)
+
+
 @dataclass(frozen=True)
 class BucketTable:
     """A bucket table: ``info`` (num_buckets, 4), ``bt_list`` (B*T,) and ``units`` (num_units, 4), int32.
@@ -49,13 +54,8 @@ class BucketTable:
     C: int
     dtype: np.dtype
 
-    @property
-    def num_buckets(self) -> int:
-        return int(self.info.shape[0])
-
-    @property
-    def num_units(self) -> int:
-        return int(self.units.shape[0])
+    num_buckets = rows_of("info", "Buckets (token, channel group) in the table.")
+    num_units = rows_of("units", "Units (token, chunk) in the table.")
 
     #: The columns of ``info``: each bucket's start in ``bt_list``, its items (occurrences of its token, descending),
     #: its token and its channel group.
