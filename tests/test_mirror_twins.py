@@ -222,8 +222,7 @@ GPU_CASES = [  # (B, T, C, V, ids)
     pytest.param((1, 3000, 264, 7, "repeated"), id="one-token-3000x"),
     pytest.param((4, 300, 72, 1200, "distinct"), id="all-distinct"),
     pytest.param((1, 1, 8, 5, "uniform"), id="B1-T1"),
-    pytest.param((8, 1024, 768, 3, "repeated"), id="one-token-8192x-C768"),  # combine: 24 slices, 2 stages each
-    pytest.param((2, 1024, 1600, 40, "uniform"), id="C1600-2-chunks"),  # combine: 4 slices, 2 per block
+    *CHUNKED_CASES[-2:],  # the combine kernel's stages and slices
 ]
 POISON = 0x5A5A5A5A
 

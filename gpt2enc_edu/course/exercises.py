@@ -52,20 +52,20 @@ class Exercise:
 
 EXERCISES = {
     1: Exercise(1, "which thread writes out[b, t, c]",
-                "section 2 (which thread computes what) and the first line of the kernel in section 4: how a "
-                "thread turns its index into the flat index of its first element."),
+                "section 2 (which thread computes what): how a thread turns its index into the flat index of the "
+                "first element of its pack, and back into (b, t, c)."),
     2: Exercise(2, "which dwte rows can change between atomic runs (dwte starting at zero)",
                 "for each row, list the orders in which its adds can arrive, and ask which of them can give "
-                "different fp32 results when the row starts at 0 (section 4 of this notebook)."),
+                "different fp32 results when the row starts at 0 (section 3, float addition is not associative)."),
     3: Exercise(3, "find the bucket and item of dout[b, t, c]",
                 "the bucket table's documented order (section 2 of this notebook, and the docstring of "
                 "gpt2enc_edu.buckets): which bucket holds a (token, channel group), and how its items are sorted."),
     4: Exercise(4, "probability that stochastic rounding moves away from zero",
-                "section 3 (the 16-bit threshold trick) and round_to_storage in kernels/common.cuh: when are the "
+                "section 4 (the 16-bit threshold trick) and round_to_storage in kernels/common.cuh: when are the "
                 "dropped bits set to ones, and how is the threshold distributed?"),
     5: Exercise(5, "the minimal bytes of the backward",
-                "the floor section of this notebook: which arrays must the backward read, which must it write, "
-                "and which rows of the gradients does it touch at all?"),
+                "section 1 of this notebook (minimal bytes): which arrays must the backward read, which must it "
+                "write, and which rows of the gradients does it touch at all?"),
 }
 
 
