@@ -168,22 +168,24 @@ def _device_meta(cupy) -> dict:
     return {"device": name, "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")}
 
 
-def forward_versions(xp) -> dict | None:
-    """Live on a GPU (``xp`` is CuPy), else the committed H200 numbers (``None`` if there are none)."""
+def _live_or_committed(xp, measure, file_name: str) -> dict | None:
+    """``measure(xp)`` on a GPU (``xp`` is CuPy), with the device and the date, else the committed H200 numbers of
+    ``file_name`` (``None`` if there are none)."""
     if _is_cupy(xp):
-        data = {**_device_meta(xp), **measure_forward_versions(xp)}
+        data = {**_device_meta(xp), **measure(xp)}
         data["source"] = f"measured now on this GPU ({data['device']})"
         return data
-    return _committed("forward_versions.json")
+    return _committed(file_name)
+
+
+def forward_versions(xp) -> dict | None:
+    """Live on a GPU (``xp`` is CuPy), else the committed H200 numbers (``None`` if there are none)."""
+    return _live_or_committed(xp, measure_forward_versions, "forward_versions.json")
 
 
 def bucketing_phases(xp) -> dict | None:
     """Live on a GPU, else the committed H200 numbers (``None`` if there are none)."""
-    if _is_cupy(xp):
-        data = {**_device_meta(xp), **measure_bucketing_phases(xp)}
-        data["source"] = f"measured now on this GPU ({data['device']})"
-        return data
-    return _committed("bucketing_phases.json")
+    return _live_or_committed(xp, measure_bucketing_phases, "bucketing_phases.json")
 
 
 def main(argv=None) -> int:
