@@ -236,3 +236,38 @@ def test_the_kernels_process_holds_no_expectation_in_any_frame():
             "len([m for m in names if '.' in m]))\n")
     reply, out = _run_child(text, "k")
     assert reply["status"] == "ran" and (out["0/0/out"] == 0).all()
+
+
+def one_thread_does_it_all(cuda, out, x, n):
+    """Thread 0 pastes the spec: the right bits, without a shuffle."""
+    if cuda.blockIdx.x == 0 and cuda.threadIdx.x == 0:
+        v = x.reshape(-1, 32).copy()
+        for offset in (16, 8, 4, 2, 1):
+            received = v.copy()
+            received[:, : 32 - offset] = v[:, offset:]
+            v = fadd(v, received)
+        out[:] = v[:, 0]
+
+
+def hides_its_faults(cuda, out, inp, wte, wpe, B, T, C):
+    """Catches the emulator's reports and goes on."""
+    size = pack_size(wte.dtype)
+    idx = (cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x) * size
+    try:
+        t, c = idx // C % T, idx % C
+        total = fadd(to_float(load128(wte, int(inp[idx // C]) * C + c)), to_float(load128(wpe, t * C + c)))
+        store128(out, idx, to_storage_nearest(total, out.dtype))
+    except Exception:
+        pass
+
+
+def test_one_thread_doing_the_whole_job_is_not_a_kernel(capsys):
+    from gpt2enc_edu.course import warmups
+
+    verdict = warmups.check("warp_sum", one_thread_does_it_all)
+    assert not verdict and "thread 0 of block 0 wrote" in capsys.readouterr().out
+
+
+def test_a_kernel_cannot_hide_a_fault_with_except(capsys):
+    verdict = buildit.check("forward", hides_its_faults)
+    assert not verdict and "outside the array" in capsys.readouterr().out

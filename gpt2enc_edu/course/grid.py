@@ -50,6 +50,7 @@ from .grid_memory import (
     RaceHazard,
     Tracker,
     device_array,
+    forget,
     picture,
     read_only,
 )
@@ -113,6 +114,10 @@ def to_storage_nearest(value, dtype) -> np.ndarray:
     return value if np.dtype(dtype) == np.float32 else to_bf16_nearest(value)
 
 
+#: The ``grid_memory.Tracker`` of the latest launch (``busiest()``: the thread that wrote the most elements).
+last_launch: Tracker | None = None
+
+
 def _arguments(kernel, args: tuple, names, writes, tracker: Tracker) -> tuple:
     """The kernel's view of ``args``: device arrays named after the kernel's parameters (or ``names``)."""
     if names is None:
@@ -148,7 +153,9 @@ def launch(kernel, grid, block: int, args: tuple, *, rng=None, names=None, write
     grid_x, grid_y = (grid, 1) if np.ndim(grid) == 0 else (int(grid[0]), int(grid[1]))
     if grid_x <= 0 or grid_y <= 0 or block <= 0 or block > 1024:
         raise KernelFault(f"invalid launch: grid={grid}, block={block} (1..1024 threads per block)")
-    tracker = Tracker(block)
+    global last_launch
+    tracker = last_launch = Tracker(block)
+    forget()
     args = _arguments(kernel, args, names, writes, tracker)
     atomics: list = []
     grid_dim = Dim3(grid_x, grid_y) if grid_y > 1 else grid_x

@@ -27,11 +27,27 @@ _MANY = -2
 
 class Hazard(RuntimeError):
     """A misuse of the grid the GPU would not report, or would report only under a sanitizer; ``picture`` says
-    which threads of which block did what (a dict that ``verdict.draw_hazard`` draws)."""
+    which threads of which block did what (a dict that ``verdict.draw_hazard`` draws).
+
+    A hazard is remembered when it is made (``pending``): a kernel that catches it and goes on is stopped with it
+    as soon as its thread yields or ends, so a ``try``/``except`` cannot hide a race or a fault."""
 
     def __init__(self, message: str, picture: dict | None = None):
         super().__init__(message)
         self.picture = picture or {}
+        _RAISED.append(self)
+
+
+_RAISED: list[Hazard] = []
+
+
+def pending() -> Hazard | None:
+    """The first hazard made since ``forget``, caught or not."""
+    return _RAISED[0] if _RAISED else None
+
+
+def forget() -> None:
+    _RAISED.clear()
 
 
 class KernelFault(Hazard):
@@ -62,6 +78,18 @@ class Tracker:
         self.block_size = block_size
         self.current = None  # the Thread whose code runs now
         self.intervals = 0
+        self.written: dict[int, int] = {}  # global thread id -> elements of global arrays it wrote or added into
+
+    def count(self, elements: int) -> None:
+        gid = self.current._gid
+        self.written[gid] = self.written.get(gid, 0) + elements
+
+    def busiest(self) -> tuple[int, int, int, int]:
+        """(block, thread, elements, block size) of the thread that wrote the most elements of global arrays."""
+        if not self.written:
+            return -1, -1, 0, self.block_size
+        gid = max(self.written, key=self.written.get)
+        return gid // self.block_size, gid % self.block_size, self.written[gid], self.block_size
 
     def new_interval(self) -> int:
         self.intervals += 1
@@ -157,6 +185,8 @@ class Memory:
         thread = self.tracker.current
         if self.access != "write":
             self.refuse(thread)
+        if self.kind == "global":
+            self.tracker.count(len(ids))
         gid, size, interval = thread._gid, self.tracker.block_size, thread._block["interval"]
         block = gid // size
         writes, reads = self.writes, self.reads

@@ -16,7 +16,7 @@ from collections import namedtuple
 import numpy as np
 
 from ..layout import WARP_SIZE
-from .grid_memory import BarrierHazard, DeviceArray, Hazard, KernelFault, device_array, picture
+from .grid_memory import BarrierHazard, DeviceArray, Hazard, KernelFault, device_array, pending, picture
 
 Dim3 = namedtuple("Dim3", "x y z", defaults=(1, 1))
 
@@ -107,6 +107,7 @@ class Thread:
         index = int(index)
         if not 0 <= index < mem.size:
             mem.fault("atomic_add on", index)
+        self._block["tracker"].count(1)
         target = mem.target if mem.access == "atomic" else array.view(np.ndarray).reshape(-1)
         self._block["atomics"].append((target, index, np.float32(value)))
 
@@ -124,7 +125,7 @@ def _guarded(thread: Thread, step):
     tracker = thread._block["tracker"]
     tracker.current = thread
     try:
-        return step()
+        result = step()
     except ValueError as exc:
         if "read-only" not in str(exc):
             _note(exc, thread)
@@ -136,8 +137,13 @@ def _guarded(thread: Thread, step):
     except (Hazard, StopIteration):
         raise
     except Exception as exc:
+        if pending() is not None:  # the kernel caught a hazard, and then failed otherwise
+            raise pending() from exc
         _note(exc, thread)
         raise
+    if pending() is not None:  # the kernel caught a hazard and went on: stop it here
+        raise pending()
+    return result
 
 
 def _note(exc: Exception, thread: Thread) -> None:

@@ -45,9 +45,22 @@ def _inputs_and_runs(exercise, i: int, case: Case, out: dict) -> Verdict | None:
     return None
 
 
-def _judge(exercise, cases: list[Case], out: dict) -> Verdict | None:
+def _share(exercise, i: int, case: Case, busiest: dict) -> Verdict | None:
+    """A failing verdict when one thread wrote more elements than a thread of a right kernel owns."""
+    block, thread, elements, block_size = busiest.get(str(i), (-1, -1, 0, 0))
+    most = SPECS[exercise.name].most_writes(case.arrays)
+    if elements <= most:
+        return None
+    role = f"wrote {elements} elements (a thread owns {most})"
+    return Verdict(exercise.name, False, f"thread {thread} of block {block} wrote {elements} elements of the outputs, "
+                   f"but a thread of this kernel owns at most {most}: a kernel is the code of one thread, so let each "
+                   "thread write its own elements", fault={"block": block, "block_size": block_size,
+                                                           "roles": {role: [thread]}, "array": None, "elements": []})
+
+
+def _judge(exercise, cases: list[Case], out: dict, busiest: dict) -> Verdict | None:
     for i, case in enumerate(cases):
-        verdict = _inputs_and_runs(exercise, i, case, out)
+        verdict = _inputs_and_runs(exercise, i, case, out) or _share(exercise, i, case, busiest)
         for r in range(case.runs if verdict is None else 0):
             verdict = exercise.compare(case, {o: out[f"{i}/{r}/{o}"] for o in SPECS[exercise.name].outputs})
             if verdict is not None:
@@ -82,7 +95,7 @@ def from_reply(exercise, reply: dict, cases: list[Case], out: dict, source, prep
     if status != "ran":
         return Verdict(name, False, "the process running your kernel failed", status="failed",
                        detail=str(reply.get("message", ""))[-3000:])
-    verdict = _judge(exercise, cases, out)
+    verdict = _judge(exercise, cases, out, reply.get("busiest") or {})
     if verdict is not None:
         return verdict
     timings = {k: float(v) for k, v in (reply.get("timings") or {}).items()}

@@ -1,7 +1,9 @@
 """What each graded kernel reads and writes, and how the grading process launches it (one home for both sides).
 
-The checker (``grading``) poisons or fills the outputs, checks that the inputs come back unchanged and compares
-the outputs; the grading process (``grade_child``) launches the learner's kernel with ``launch``. This module
+The grader poisons or fills the outputs, checks that the inputs come back unchanged, that no thread wrote more
+than its share (``Spec.most_writes``: a kernel is the code of one thread, not one thread doing the whole job)
+and compares the outputs; the process that runs the learner's kernel (``grade_child``) launches it with
+``launch``. This module
 imports only the launchers, so the grading process can use it without the package's kernels.
 """
 
@@ -13,7 +15,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from . import launchers
+from ..layout import pack_size
+from . import grid, launchers
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,14 @@ class Spec:
     outputs: tuple[str, ...]
     scalars: tuple[str, ...] = ()
     deterministic: bool = True
+    packs_per_thread: int = 1  #: the most 128-bit packs of outputs one thread writes (or adds into); 0: one element
+
+    def most_writes(self, arrays: dict) -> int:
+        """The most elements of the outputs one thread of a right kernel writes or adds into, for these arrays."""
+        if not self.packs_per_thread:
+            return 1
+        stored = arrays["dout"] if "dout" in arrays else arrays["wte"]
+        return self.packs_per_thread * pack_size(stored.dtype)
 
 
 @dataclass
@@ -46,17 +57,18 @@ def fresh_rng() -> np.random.Generator:
 
 SPECS = {
     "forward": Spec(("inp", "wte", "wpe"), ("out",)),
-    "atomic": Spec(("dout", "inp"), ("dwte", "dwpe"), deterministic=False),
+    "atomic": Spec(("dout", "inp"), ("dwte", "dwpe"), deterministic=False, packs_per_thread=2),
     "wpe": Spec(("dout",), ("dwpe",), ("seed",)),
     "wte_bucketed": Spec(("dout", "info", "bt_list"), ("dwte",), ("seed", "num_buckets")),
-    "add_bias": Spec(("x", "bias"), ("out",)),
-    "warp_sum": Spec(("x",), ("out",)),
-    "block_sum": Spec(("x",), ("out",)),
+    "add_bias": Spec(("x", "bias"), ("out",), packs_per_thread=0),
+    "warp_sum": Spec(("x",), ("out",), packs_per_thread=0),
+    "block_sum": Spec(("x",), ("out",), packs_per_thread=0),
 }
 
 
-def launch(exercise: str, kernel, arrays: dict, scalars: dict, rng) -> None:
-    """Launch the per-thread ``kernel`` of ``exercise`` on ``arrays`` (outputs written in place)."""
+def launch(exercise: str, kernel, arrays: dict, scalars: dict, rng) -> tuple[int, int, int, int]:
+    """Launch the per-thread ``kernel`` of ``exercise`` on ``arrays`` (outputs written in place); the block, thread
+    and element count of the thread that wrote the most elements of global arrays, and the block size."""
     a = arrays
     if exercise == "forward":
         launchers.launch_forward(kernel, a["out"], a["inp"], a["wte"], a["wpe"], rng=rng)
@@ -75,3 +87,4 @@ def launch(exercise: str, kernel, arrays: dict, scalars: dict, rng) -> None:
         launchers.launch_block_sum(kernel, a["out"], a["x"], rng=rng)
     else:
         raise ValueError(f"no launch for {exercise!r}")
+    return grid.last_launch.busiest()
