@@ -240,17 +240,21 @@ if rows:
 # **gathers**: each thread first waits for its ids, then for rows of 1.5 KB at addresses the ids pick, and only
 # then stores.
 #
-# *Measured* (`docs/experiments.md`, section "Forward", B=64, on the H200 and an H100): the forward with **every
-# id equal**, which writes the same output but reads almost nothing, runs at about nine tenths of the copy rate,
-# not all of it: that is the ceiling of this write-dominated mix, so even a perfect gather would not reach 100 %
-# of this floor. On uniform ids Nsight Compute counts more bytes read from DRAM than the distinct rows hold (rows
-# evicted from L2 between two uses are read twice). Other thread maps, cache hints, and maps that keep loads and
-# stores in flight together gained at most a microsecond or two.
+# *Measured* (`docs/experiments.md`, section "Forward", B=64):
 #
-# *Inferred*, not measured directly: the rest of the gap, from about nine tenths down to the seven tenths the cell
-# above prints, is the gathers themselves. A thread's loads and its stores come one after the other, so fewer
-# bytes are in flight than in a copy, which streams both at once; and scattered 1.5 KB rows, some read twice, cost
-# more than a contiguous read of the same size.
+# * Writing alone is not the limit: a memset of the output's bytes runs at 93 % of the copy rate (H200).
+# * The forward with **every id equal**, which writes the same output but reads almost nothing (one `wte` row, from
+#   cache), shows the ceiling of this kernel's own mix: about three quarters of the copy rate on the H200 (3.15 TB/s),
+#   91 % on an H100. So even a perfect gather would not reach 100 % of this floor; on the H200, whose numbers this
+#   notebook draws, the forward's seven tenths lie within a few points of that ceiling.
+# * On uniform ids Nsight Compute counts more bytes read from DRAM than the distinct rows hold (rows evicted from L2
+#   between two uses are read twice). Other thread maps, cache hints, and maps that keep loads and stores in flight
+#   together gained at most a microsecond or two.
+#
+# *Inferred*, not measured directly: why the all-equal forward stays below a memset, and what the gathers cost on top.
+# A thread's loads and its stores come one after the other (its ids, then its rows, then the store), so fewer bytes
+# are in flight than in a memset or a copy, which stream without waiting; and scattered 1.5 KB rows, some read twice,
+# cost more than a contiguous read of the same size.
 #
 # ## 5. PyTorch against the same floor (core)
 #
