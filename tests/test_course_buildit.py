@@ -384,6 +384,13 @@ def test_a_cuda_kernel_right_only_at_small_shapes_fails_at_gpt2_size():
 
 
 @pytest.mark.gpu
+def test_a_cuda_kernel_that_writes_its_input_fails():
+    body = "    const_cast<floatX*>(wpe)[0] = (floatX)0.0f;\n" + (CUDA_SOLUTIONS / "forward.cu").read_text()
+    verdict = buildit.check("forward", body, time_it=False)
+    assert not verdict and "changed its input wpe" in verdict.message
+
+
+@pytest.mark.gpu
 def test_cuda_compile_error_points_at_the_learners_line(capsys):
     assert not buildit.check("forward", "\n    int idx = 0;\n    int x = ;\n")
     out = capsys.readouterr().out
