@@ -2,7 +2,8 @@
 
 * no module over 400 lines and no function over 80 lines in ``gpt2enc_edu/`` and ``scripts/``;
 * the tests reach at most 5 private names of the package (``from gpt2enc_edu... import _x``, ``module._x``);
-* no import cycle among the package's modules, imports inside functions included.
+* no import cycle among the package's modules, imports inside functions included, and the arrows between the
+  rooms point down: the library imports neither the course (``gpt2enc_edu.course``) nor the bench.
 """
 
 from __future__ import annotations
@@ -126,3 +127,11 @@ def test_no_import_cycle():
     graph = {name: edges - {PACKAGE} for name, edges in graph.items()}
     cycle = _cycle(graph)
     assert cycle is None, f"import cycle: {' -> '.join(cycle)}"
+
+
+def test_the_library_imports_neither_the_course_nor_the_bench():
+    rooms = (f"{PACKAGE}.course", f"{PACKAGE}.bench")
+    graph = _import_graph()
+    library = [name for name in graph if not name.startswith(rooms)]
+    upward = {name: sorted(edge for edge in graph[name] if edge.startswith(rooms)) for name in library}
+    assert {name: edges for name, edges in upward.items() if edges} == {}
