@@ -95,8 +95,8 @@ print(f"chunked: {table.num_units} units of at most {layout.CHUNK_ITEMS} positio
 #
 # * **position**: one `(b, t)` of the batch, numbered `bt = b·T + t`. A token's positions are listed, ascending,
 #   in its range of `bt_list` (the kernels call each entry of that list an *item*).
-# * **channel group**: 256 consecutive channels in bf16 (32 lanes × a 16-byte pack of 8 channels each). C = 768
-#   has 3 of them (the cell below computes it). A warp only ever sums one channel group.
+# * **channel group**: 256 consecutive channels in bf16 (32 lanes × a 16-byte pack of 8 channels each; 128 channels
+#   in fp32). C = 768 in bf16 has 3 of them (the cell below computes it). A warp only ever sums one channel group.
 # * **chunk**: up to 32 consecutive positions of one token's list; a token seen n times has ⌈n / 32⌉ chunks,
 #   the last one shorter.
 # * **unit**: one chunk of one token, the row `units[u] = (token, chunk, start, size)` of the table (`start` and
@@ -162,8 +162,8 @@ print(f"token {top[0, 0]}: {len(top)} units, chunks {top[0, 1]}..{top[-1, 1]}, p
 #
 # A token with a single chunk is finished by its warps. A token with several chunks needs its partials added
 # in chunk order, so its warps store them in a scratch buffer, and a second, small kernel (the *combine*
-# kernel) adds them up: the blocks of such a token's units share out its channels, a slice each, so that a token
-# with hundreds of chunks is added by many SMs at once. Here is the warp's body in per-thread Python
+# kernel) adds them up: it has one block per unit of such a token, and those blocks share out the token's channels,
+# a slice each, so that a token with hundreds of chunks is added by many SMs at once. Here is the warp's body in per-thread Python
 # (`gpt2enc_edu.course.perthread`): the same index math and the same fp32 adds as the CUDA, one lane at a time.
 # Read the chunk kernel first: `unit` from the block and warp index, the group from `blockIdx.y`, lane `l` loading
 # the position of item `l`, then the loop over the chunk's items.
@@ -244,7 +244,7 @@ del results, cpu, ref, bound, chunked, bucketed, ulps
 # In training the gradients are **bf16** values (notebook 07 finds the chunked and bucketed runs identical, bit
 # for bit). A bf16 value has 8 significant bits; fp32 keeps 24. An fp32 sum of bf16 values is exact, in any order,
 # as long as every partial sum fits in 24 bits, which holds for most sums of a few dozen values of similar size;
-# only then can the order not matter. And where two orders do give different fp32 sums, the difference sits in
+# and an exact sum is the same whatever the order. And where two orders do give different fp32 sums, the difference sits in
 # low bits that rounding to bf16 drops, with the same element-keyed noise for both methods. The same problem
 # three ways, `dwte` starting at zero so that the sum *is* the result:
 
@@ -486,8 +486,8 @@ if present:
 # %% [markdown]
 # ## 8. (optional) One sequence, one launch
 #
-# At B = 1 the chunked backward above is four kernels: the table (one block, section 5), the chunk and combine
-# kernels, and the wpe kernel beside them. Each costs a few microseconds that do not depend on the bytes: a
+# Built from a table as above, the chunked backward at B = 1 is four kernels: the table (one block, section 5), the
+# chunk and combine kernels, and the wpe kernel beside them. Each costs a few microseconds that do not depend on the bytes: a
 # launch, a wait for the kernel before, one SM sorting while the others idle. `kernels/encoder_backward_small.cu`
 # does the whole backward of at most 1024 ids in one launch. **Every block sorts the ids itself**, with the
 # one-block table's sort in shared memory, so every block knows the tokens' segments without a table in memory or
@@ -495,7 +495,8 @@ if present:
 # warp's task, its rows all asked for at once. A more frequent token gets a whole block, one thread per 8 bytes of
 # channels and chunk, so that a chunk's 32 rows are read at once instead of one after another. The sums, and so the
 # bits, are the chunked method's; `encoder_backward(..., method="chunked")` takes this path by itself for up to
-# 1024 ids on the GPU (docs/performance.md, "one launch for one sequence").
+# 1024 ids on the GPU (`docs/performance.md`, "One launch for one sequence"), so the four kernels above are what it
+# runs from a table built ahead, or for more ids.
 
 # %%
 display(Markdown(f"```cuda\n{kernel_source('encoder_backward_small.cu')}\n```"))
