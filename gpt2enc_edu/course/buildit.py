@@ -98,7 +98,7 @@ def draw_cases(exercise: str, rng, *, large: bool = False) -> list[tuple[str, Pr
              np.float32)
     if large:  # the vocabulary cut below 50257 rows: the host-side expectation stays quick
         for dtype in (bfloat16, np.float32):
-            draw(f"GPT-2 size, Zipf ids, {np.dtype(dtype).name}", int(rng.integers(1, 9)), int(rng.integers(64, 1025)),
+            draw(f"GPT-2 size (Zipf ids, {np.dtype(dtype).name})", int(rng.integers(1, 9)), int(rng.integers(64, 1025)),
                  768, int(rng.integers(2048, 8193)), dtype, int(rng.integers(0, 64)), "zipf")
     return cases
 
