@@ -171,8 +171,8 @@ except ValueError as err:
 # `load128(array, start)` and `store128(array, start, pack)` move one 128-bit pack (a small NumPy array),
 # `fadd` adds in fp32 exactly as the GPU does, `to_float` and `to_storage_nearest(value, dtype)` convert.
 #
-# The check draws fresh problems each time (random shapes and ids, B = 1, T < maxT, C = 8, one token
-# 3000 times, all ids distinct), runs your kernel, and compares its bits with the mirror's. A wrong
+# The check draws fresh problems each time (random shapes and ids, B = 1 with T < maxT, odd sizes, one token
+# hundreds of times, all ids distinct), runs your kernel, and compares its bits with the mirror's. A wrong
 # element is named with its expected and actual bits and drawn on the thread map. No GPU needed.
 #
 # The package's own per-thread form opens in the cell after the check once your kernel passes (or when you
@@ -235,9 +235,9 @@ for seed in range(4):
 # them); sections 2 and 3 described **version 2**, one thread per pack, which is also the CUDA build-it at
 # the end: the file opens after that build-it, so that writing it is not retyping it. What to look for
 # then: the thread map of section 2; the cache hints (`load128cs` is a *streaming*, "evict first" load, for
-# data that will not be read again; plain `load128` lets the line stay in L2, which suits the `wpe` row
-# every sequence reads and the frequent `wte` rows above); the sum in fp32, rounded to nearest into the
-# storage type.
+# data that will not be read again; plain `load128` lets the line stay in L2 (the GPU's last-level cache, in
+# front of its memory), which suits the `wpe` row every sequence reads and the frequent `wte` rows above); the
+# sum in fp32, rounded to nearest into the storage type.
 #
 # The NumPy mirror does the same with one array row per thread (`np.arange` plays `threadIdx`) and one
 # column per element of the pack:
