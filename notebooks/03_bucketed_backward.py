@@ -23,7 +23,7 @@
 #
 # **Prerequisites:** notebooks 01 and 02 (threads, warps and 128-bit packs; the backward as a scatter-add;
 # why atomics make the bits change); for the wte build-it, what a thread block's *shared memory* and a
-# *barrier* are (explained where they are needed). Notebook 04 explains the stochastic rounding used here;
+# *barrier* are (notebook 00's warm-up 3 practises them; explained again where they are needed). Notebook 04 explains the stochastic rounding used here;
 # it is not needed first.
 #
 # **After this notebook you can:**
@@ -222,9 +222,9 @@ ax = plots.bucket_rank_size({kind: t.sizes[t.c_groups == 0] for kind, t in table
 # straight line from hundreds of positions.*
 #
 # Uniform ids give thousands of tiny buckets. Text follows a power law (a straight line on log-log
-# axes): a few tokens (`","`, `" the"`, `"\n"`) fill buckets of hundreds of positions, and most tokens
-# occur once or twice. A block's work grows with its bucket's size, so the blocks of one launch
-# differ in length by a factor of several hundred.
+# axes): a few tokens (in the real sample `"\n"`, `" "` and `","`) fill buckets of hundreds of positions,
+# and most tokens occur once or twice. A block's work grows with its bucket's size, so the blocks of one
+# launch differ in length by a factor of several hundred.
 #
 # ## 4. Why largest first (core)
 #
@@ -233,7 +233,9 @@ ax = plots.bucket_rank_size({kind: t.sizes[t.c_groups == 0] for kind, t in table
 # the hardware: CUDA does **not** promise that blocks start in launch order. In practice low block indices
 # go first, and that is all the largest-first table relies on. `gpt2enc_edu.course.schedule` simulates
 # that practice: blocks handed out in launch order, each to the slot that frees first. The run ends when
-# the **last** block ends. If a long block starts late, every other slot idles while it finishes.
+# the **last** block ends; that time is the *makespan*. No order can beat the *lower bound*: the longest
+# block, or all the work spread evenly over the slots, whichever is larger. If a long block starts late,
+# every other slot idles while it finishes.
 #
 # First a toy where a block's cost is simply its bucket's size.
 #
@@ -301,22 +303,23 @@ for per_block in (0, 2):
 # %% [markdown]
 # ### Build it first: the wte kernel in Python, with a barrier (core)
 #
-# This kernel needs two things the earlier ones did not, and the emulator has both. **Shared memory**:
+# This kernel needs two things the forward and the atomic kernel did not, both met in notebook 00's warm-up 3
+# and both in the emulator. **Shared memory**:
 # `cuda.shared_array(name, shape, dtype)` is one array per block, the same for every thread of it (it
 # starts as NaN, so reading a slot nobody wrote shows). **A barrier**: `yield cuda.syncthreads()` waits
 # until every thread of the block has arrived (a thread that uses it is a Python generator). Every thread
 # must reach it, as CUDA C++ asks of `__syncthreads()` (only in code that the whole block reaches): the
 # emulator reports a thread that returns while the others wait. On a GPU that is outside CUDA C++'s rules;
-# the hardware lets an exited thread release the barrier (section 7 says more), so it does not hang, but a
+# the PTX ISA documents that exiting threads release a barrier (section 7 says more), so it does not hang, but a
 # thread that left before writing what the others read leaves them reading a value never written. Between
 # barriers the threads run in a random order, so reading another thread's write without the barrier shows too.
 #
 # Arguments: `bucket_info` is the table's `info` flattened (4 ints per bucket: start, size, token,
 # channel group), `num_buckets` a 1-element array, one block of `WTE_BLOCK_SIZE = 256` threads per bucket.
 # Round with `round_to_storage(value, dtype, element, NOISE_STREAM_DWTE, seed)`. The check draws fresh
-# problems, with one-item buckets, a token seen 3000 times and C = 776 (lanes with no channels), and
-# wants the mirror's bits. The package's form opens after the check once yours passes. Worked solution:
-# `solutions/perthread.py`.
+# problems, with one-item buckets, a token seen hundreds of times and a C that ends inside a channel group (lanes
+# with no channels), and wants the mirror's bits. The package's form opens after the check once yours passes.
+# Worked solution: `solutions/perthread.py`.
 
 # %%
 from gpt2enc_edu.layout import WARP_SIZE, WTE_BLOCK_SIZE, WTE_WARPS  # noqa: F401 (for your kernel)
