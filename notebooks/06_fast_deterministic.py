@@ -198,7 +198,7 @@ print(f"{small_table.num_units} units ({int((small_table.sizes[small_table.c_gro
 # positions around with `__shfl_sync` (no block barrier); the chunk kernel in two forms, one `chunk_warp` template
 # apart: rows read one at a time into registers, or 8 at a time into the warp's own slice of shared memory with
 # `cp.async` (more rows in flight without the registers to hold them; the package takes it where the grid is one
-# wave: on an H200 at GPT-2 shapes, up to two sequences), both adding the same rows in the same order; the combine
+# wave, all its blocks on the SMs at once: on an H200 at GPT-2 shapes, up to two sequences), both adding the same rows in the same order; the combine
 # kernel copying its slice of a token's partials into shared memory with the whole block, two stages in flight, and
 # then adding them in chunk order with one thread per column of 4 channels.
 
@@ -286,6 +286,9 @@ del p, bf16_values, bf16_storage
 # | one-block | `bucketing_small.cu` | one block, one launch | sort all (id, position) keys of one sequence in one block |
 # | scatter | `bucketing_scatter.cu` | five short kernels, replayed as one CUDA graph | count each token, compute each token's start by arithmetic, scatter the positions, sort each token's few positions |
 # | cooperative | `bucketing.cu` | one cooperative launch | two grid-wide radix sorts, phases separated by grid-wide barriers |
+#
+# (A *CUDA graph* records a sequence of launches once and replays it with one call from the host. A *cooperative*
+# launch keeps all its blocks on the GPU at once, so that they can wait for each other at a grid-wide barrier.)
 #
 # Which batch sizes take which route at T = 1024 (any route that takes a batch can also be asked for by name,
 # `gpt2enc_edu.buckets.build_bucket_table_gpu(..., route=...)`):
