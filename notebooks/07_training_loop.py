@@ -29,7 +29,7 @@
 # 1. use the kernels in a PyTorch model through `gpt2enc_edu.torch.GPT2Embedding`;
 # 2. check a training loop for bitwise reproducibility (loss and weight hashes of two runs) and read from the
 #    figures where two runs part;
-# 3. list what besides the encoder a bitwise-reproducible loss needs (section 6);
+# 3. list what besides the encoder a bitwise-reproducible loss needs (section 8);
 # 4. say why the encoder's time per call here is mostly host work, and what that means for a whole step.
 #
 # **Time:** about 15 minutes for the core sections, 10 more for those marked *(optional)* (`docs/teaching.md`).
@@ -165,8 +165,8 @@ else:
 
 # %% [markdown]
 # Every loss, and every bit of every weight after the last step, is the same in both runs. That is llm.c's
-# test, passed by a model whose embedding gradient sums thousands of repeated tokens per step (" the", ",",
-# "\n") in an order that never changes.
+# test, passed by a model whose embedding gradient adds up, every step, the many repeats of frequent tokens
+# ("\n", " ", ",") in an order that never changes.
 #
 # **The chunked against the bucketed runs.** Notebook 06 calls the two methods two different orders of the fp32
 # sum, so their runs need not agree with each other; the cell compares them:
