@@ -67,6 +67,34 @@ def test_a_learners_own_bug_is_shown_with_their_line(capsys):
     assert not verdict and "ZeroDivisionError" in out and "return 1 // 0" in out and "raised an error" in out
 
 
+def _pack_of(cuda, size):
+    """A learner's helper: the flat index of this thread's first element."""
+    return (cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x) * size
+
+
+def _make_forward():
+    import math
+
+    def forward_in_my_own_style(cuda, out, inp, wte, wpe, B, T, C):
+        """NumPy on whole packs, a helper, a closure constant, ``math`` and a print-free ``sum`` of a mask."""
+        size = pack_size(wte.dtype)
+        idx = _pack_of(cuda, size)
+        if idx >= B * T * C or math.isnan(float(idx)):
+            return
+        b, rest = divmod(idx, T * C)
+        t, c = divmod(rest, C)
+        row = int(inp[b * T + t]) * C + c
+        total = wte[row : row + size].astype(np.float32) + wpe[t * C + c : t * C + c + size].astype(np.float32)
+        assert np.sum(np.isnan(total)) == 0
+        out[idx : idx + size] = total.astype(out.dtype)
+
+    return forward_in_my_own_style
+
+
+def test_an_honest_kernel_in_another_style_passes(capsys):
+    assert buildit.check("forward", _make_forward()), capsys.readouterr().out
+
+
 # ------------------------------------------------------------------------------------------------------
 # Wrong results: the picture names the owning thread.
 def forward_wrong_row(cuda, out, inp, wte, wpe, B, T, C):

@@ -261,11 +261,19 @@ def hides_its_faults(cuda, out, inp, wte, wpe, B, T, C):
         pass
 
 
+def one_thread_copies_it_all_in(cuda, out, x, n):
+    """The same, through a NumPy function the emulator would not see writing."""
+    if cuda.blockIdx.x == 0 and cuda.threadIdx.x == 0:
+        np.copyto(out, x.reshape(-1, 32).sum(axis=1))
+
+
 def test_one_thread_doing_the_whole_job_is_not_a_kernel(capsys):
     from gpt2enc_edu.course import warmups
 
     verdict = warmups.check("warp_sum", one_thread_does_it_all)
     assert not verdict and "thread 0 of block 0 wrote" in capsys.readouterr().out
+    verdict = warmups.check("warp_sum", one_thread_copies_it_all_in)
+    assert not verdict and "with a NumPy function" in capsys.readouterr().out
 
 
 def test_a_kernel_cannot_hide_a_fault_with_except(capsys):

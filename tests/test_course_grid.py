@@ -136,7 +136,7 @@ def test_writing_an_input_names_the_thread_and_the_array():
     def numpy_write(cuda, out, x):
         np.copyto(x, 0.0)  # not through indexing: NumPy itself refuses the immutable copy
 
-    with pytest.raises(grid.KernelFault, match="wrote into an input"):
+    with pytest.raises(grid.KernelFault, match="wrote into a kernel's array with a NumPy function"):
         grid.launch(numpy_write, 1, 1, (np.zeros(4), x), writes={"out"})
 
     def flag_flip(cuda, out, x):
@@ -144,6 +144,23 @@ def test_writing_an_input_names_the_thread_and_the_array():
 
     with pytest.raises(ValueError, match="WRITEABLE"):
         grid.launch(flag_flip, 1, 1, (np.zeros(4), x), writes={"out"})
+
+
+def test_outputs_are_written_element_by_element_where_the_emulator_sees_it():
+    """NumPy's in-place writers would hide who wrote what (one thread filling the whole output, say)."""
+    def one_thread_fills(cuda, out, x):
+        if cuda.threadIdx.x == 0:
+            np.copyto(out, x)
+
+    def through_a_ufunc(cuda, out, x):
+        np.add(x, 1.0, out=out)
+
+    out, x = np.zeros(4), np.ones(4)
+    with pytest.raises(grid.KernelFault, match="with a NumPy function"):
+        grid.launch(one_thread_fills, 1, 4, (out, x), writes={"out"})
+    with pytest.raises(grid.KernelFault, match="NumPy functions that write in place are refused"):
+        grid.launch(through_a_ufunc, 1, 4, (out, x), writes={"out"})
+    assert (out == 0).all()
 
 
 def test_atomics_only_arrays_refuse_plain_writes_even_after_a_flag_flip():

@@ -5,9 +5,11 @@
 * an input (a ``const`` pointer of the CUDA kernel) is an immutable copy: an assignment names the thread and
   the array, and NumPy refuses every other way of writing into it (``flags.writeable = True`` included);
 * an output, and every ``__shared__`` array, records who wrote and who read each element since the block's
-  last barrier. Two different threads touching one element between two barriers, at least one of them
-  writing, is a ``RaceHazard`` (compute-sanitizer's racecheck reports the same pairs on the GPU): of one block,
-  when no ``__syncthreads()`` lies between the accesses; of two blocks, always (nothing orders blocks);
+  last barrier (a write goes through indexing or ``store128``; NumPy functions that write in place, such as
+  ``np.copyto`` or a ufunc's ``out=``, are refused: the emulator could not see who wrote what). Two
+  different threads touching one element between two barriers, at least one of them writing, is a
+  ``RaceHazard`` (compute-sanitizer's racecheck reports the same pairs on the GPU): of one block, when no
+  ``__syncthreads()`` lies between the accesses; of two blocks, always (nothing orders blocks);
 * an atomics-only buffer (``read_only``) refuses every plain write; ``cuda.atomic_add`` is its only way in;
 * an index past either end (a negative one included: on a GPU it is an address before the array) is a
   ``KernelFault`` naming the thread, the array and the index.
@@ -102,7 +104,7 @@ class Memory:
     def __init__(self, name: str, access: str, kind: str, shape, target=None):
         self.name, self.access, self.kind = name, access, kind  # access: "read", "write" or "atomic"
         self.shape, self.size = tuple(shape), int(np.prod(shape))
-        self.target = target  # the array atomic adds land in (access "atomic")
+        self.target = target  # the writable array behind the view (access "write"), or that atomic adds land in
         self.tracker: Tracker | None = None
         self.writes: dict[int, tuple[int, int]] = {}  # element -> (thread, interval)
         self.reads: dict[int, tuple[int, int, int]] = {}  # element -> (thread or _MANY, block or _MANY, interval)
@@ -201,7 +203,9 @@ class Memory:
 
     def refuse(self, thread) -> None:
         why = ("many threads add into it at once: only cuda.atomic_add may change it" if self.access == "atomic"
-               else "it is an input of the kernel (a const pointer): a kernel never writes its inputs")
+               else "it is an input of the kernel (a const pointer): a kernel never writes its inputs"
+               if self.access == "read" else "NumPy functions that write in place are refused: write its "
+               "elements with `array[i] = value`, `array[i:j] = values` or store128, which the emulator sees")
         raise KernelFault(f"{thread}: wrote into {self.name}, but {why}",
                           picture(thread, {f"wrote {self.name}": [thread.threadIdx.x]}, self.name)
                           if hasattr(thread, "threadIdx") else {})
@@ -242,27 +246,27 @@ class DeviceArray(np.ndarray):
                 mem.write((key,))
             else:
                 mem.write(mem.index(key, "wrote").tolist())
-        # through a plain view: NumPy's own slice assignment would call __getitem__, which returns a copy
-        np.ndarray.__setitem__(self.view(np.ndarray), key,
-                               value.view(np.ndarray) if isinstance(value, DeviceArray) else value)
+        value = value.view(np.ndarray) if isinstance(value, DeviceArray) else value
+        # through the writable array behind the view (NumPy's own slice assignment on the view would call
+        # __getitem__, which returns a copy, and the view itself is read-only)
+        np.ndarray.__setitem__(self.view(np.ndarray) if mem is None else mem.target, key, value)
 
     def __array_ufunc__(self, ufunc, method, *inputs, out=None, **kwargs):
         plain = [x.view(np.ndarray) if isinstance(x, DeviceArray) else x for x in inputs]
         if out is not None:
             for o in out:
                 if isinstance(o, DeviceArray) and o._mem is not None:
-                    if o._mem.access != "write":
-                        o._mem.refuse(o._mem._who())
-                    o._mem.write(range(o._mem.size))
+                    o._mem.refuse(o._mem._who())
             kwargs["out"] = tuple(o.view(np.ndarray) if isinstance(o, DeviceArray) else o for o in out)
         return getattr(ufunc, method)(*plain, **kwargs)
 
 
 def device_array(array: np.ndarray, name: str, access: str, kind: str = "global") -> DeviceArray:
     """``array`` as a kernel sees it: a view that records (``access="write"``), or an immutable copy."""
-    if access == "write":
+    if access == "write":  # the kernel's view is read-only: every write goes through __setitem__ into target
         view = array.view(DeviceArray)
-        target = None
+        view.flags.writeable = False
+        target = array
     else:
         target = array if access == "atomic" else None
         flat = np.ascontiguousarray(array)

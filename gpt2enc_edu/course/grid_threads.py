@@ -108,7 +108,7 @@ class Thread:
         if not 0 <= index < mem.size:
             mem.fault("atomic_add on", index)
         self._block["tracker"].count(1)
-        target = mem.target if mem.access == "atomic" else array.view(np.ndarray).reshape(-1)
+        target = mem.target.reshape(-1) if mem.access == "write" else mem.target
         self._block["atomics"].append((target, index, np.float32(value)))
 
 
@@ -130,10 +130,11 @@ def _guarded(thread: Thread, step):
         if "read-only" not in str(exc):
             _note(exc, thread)
             raise
-        raise KernelFault(f"{thread}: wrote into an input of the kernel (or an atomics-only array) with a NumPy "
-                          "function; a kernel never writes its inputs, and only cuda.atomic_add changes an "
-                          "atomics-only array", picture(thread, {"wrote a read-only array": [thread.threadIdx.x]})
-                          ) from exc
+        raise KernelFault(f"{thread}: wrote into a kernel's array with a NumPy function or through a view of it; "
+                          "a kernel never writes its inputs, only cuda.atomic_add changes an atomics-only array, and "
+                          "an output's elements are written with `array[i] = value`, `array[i:j] = values` or "
+                          "store128 (which the emulator sees)",
+                          picture(thread, {"wrote a read-only array": [thread.threadIdx.x]})) from exc
     except (Hazard, StopIteration):
         raise
     except Exception as exc:

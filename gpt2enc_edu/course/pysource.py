@@ -35,8 +35,8 @@ FORBIDDEN_NAMES = frozenset({
     "getattr", "setattr", "delattr", "breakpoint", "input", "importlib", "sys", "os", "inspect", "gc", "builtins",
     "subprocess", "ctypes", "pickle", "marshal", "types", "traceback", "threading", "io", "pathlib", "shutil",
 })
-_FORBIDDEN_ATTRIBUTES = frozenset({"base", "ctypes", "tofile", "dump", "dumps", "frombuffer", "load", "fromfile",
-                                   "loadtxt", "genfromtxt", "memmap", "lib", "ctypeslib"})
+_FORBIDDEN_ATTRIBUTES = frozenset({"base", "setflags", "ctypes", "tofile", "dump", "dumps", "frombuffer", "load",
+                                   "fromfile", "loadtxt", "genfromtxt", "memmap", "lib", "ctypeslib"})
 _FRAME_PREFIXES = ("f_", "gi_", "tb_", "cr_", "ag_", "co_")
 #: Builtins the grading process takes away from the learner's namespace (``__import__`` is replaced).
 REMOVED_BUILTINS = ("open", "eval", "exec", "compile", "globals", "locals", "vars", "breakpoint", "input",
