@@ -100,3 +100,32 @@ def test_the_mistakes_each_warm_up_teaches_are_named(name, kernel, message, caps
 def test_warm_ups_have_no_cuda_form(capsys):
     verdict = warmups.check("add_bias", "out[0] = 1;")
     assert not verdict and verdict.status == "refused" and "no CUDA form" in capsys.readouterr().out
+
+
+OFFSETS = [16, 8, 4, 2, 1]  # a learner's constant, as a list
+
+
+def warp_sum_with_a_list_of_offsets(cuda, out, x, n):
+    i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    if i // 32 >= n // 32:
+        return
+    value = x[i]
+    for offset in OFFSETS:
+        value = fadd(value, (yield cuda.shfl_down_sync(value, offset)))
+    if i % 32 == 0:
+        out[i // 32] = value
+
+
+SEEN = []
+
+
+def warp_sum_passing_values_through_a_list(cuda, out, x, n):
+    i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    if i < n:
+        SEEN.append(x[i])  # threads would share values outside the arrays: the list arrives as a tuple
+
+
+def test_constant_lists_arrive_as_tuples(capsys):
+    assert warmups.check("warp_sum", warp_sum_with_a_list_of_offsets), capsys.readouterr().out
+    verdict = warmups.check("warp_sum", warp_sum_passing_values_through_a_list)
+    assert not verdict and "has no attribute 'append'" in capsys.readouterr().out

@@ -7,7 +7,8 @@ namespace. What else the kernel names is resolved here, in the notebook's proces
 * a module or a function of an allowed module (NumPy, ``math``, the emulator ``course.grid``, ``layout``,
   ``rounding``) is imported again in the grading process;
 * a function defined in the notebook (or the kernel's own module) is sent as source, under the same rules;
-* a constant (a number, a string, a tuple of them) is sent as its value;
+* a constant (a number, a string, a tuple or list of them) is sent as its value (a list as a tuple, so
+  threads cannot pass values through it);
 * anything else is refused with a message saying why: an array or a list of the notebook (a kernel reads
   only its arguments), any name of the package's own kernels, mirror or the worked solutions (``mirror``,
   ``perthread``, ``solutions``, ...), and the ways around these rules (``eval``/``exec``/``open``/``getattr``,
@@ -139,7 +140,7 @@ def _constant(value):
         return {"value": value}
     if isinstance(value, np.generic) and value.dtype.kind in "biuf":
         return {"value": value.item(), "dtype": value.dtype.name}
-    if isinstance(value, tuple) and len(value) <= 64:
+    if isinstance(value, (tuple, list)) and len(value) <= 64:  # a list travels as a tuple: no state to share
         items = [_constant(v) for v in value]
         if all(i is not None and "tuple" not in i for i in items):
             return {"tuple": items}
