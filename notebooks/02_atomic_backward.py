@@ -374,8 +374,9 @@ for method, pair in runs16.items():
 # it is the deterministic, bucketed scheme of notebook 03. The atomic scatter-add of this notebook is
 # version 1 of llm.c's `dev/cuda/encoder_backward.cu`, the simple starting point (fp32 `atomicAdd`).
 #
-# On bf16 atomics, check the hardware before trusting the word "atomic": `atomicAdd` on `__nv_bfloat162`
-# is a single native instruction only from **sm_90** (Hopper) on: `cuda_bf16.hpp` emits
+# On bf16 atomics, check the hardware before trusting the word "atomic" (`sm_XY` names a GPU generation by its
+# compute capability X.Y: sm_90 is Hopper, the H100 and H200; sm_80 the A100; sm_75 a T4): `atomicAdd` on
+# `__nv_bfloat162` is a single native instruction only from **sm_90** on: `cuda_bf16.hpp` emits
 # `atom.add.noftz.bf16x2` under `NV_PROVIDES_SM_90`. Below sm_90 the header's `atomicAdd` is a
 # compare-and-swap loop on the 32-bit word (read the pair, add, write it back only if nobody changed it
 # meanwhile, else try again). CUDA 12.2 and newer, 13 included, provide that function on every

@@ -475,8 +475,8 @@ print("shuffled bucket order, same dwte bits:", compare.bitwise_equal(on.dwte, r
 #    (`c >= C`) and warps with no item (`warp_id >= bucket_size`) return at the start, and every other warp,
 #    busy ones included, writes its partial sum to shared memory and returns; warp 0 then waits at the
 #    barrier and reads sums written by warps that have exited. Its comment says exited threads count as
-#    arrived. That is documented: the PTX ISA says a barrier waits for the threads that have not exited, and
-#    that exiting threads release it. CUDA C++ asks for more, `__syncthreads()` only in code that the whole
+#    arrived. That is documented: the PTX ISA (PTX is the instruction set CUDA C++ compiles to) says a barrier
+#    waits for the threads that have not exited, and that exiting threads release it. CUDA C++ asks for more, `__syncthreads()` only in code that the whole
 #    block reaches, so llm.c's kernel rests on the PTX rule beneath the C++ one. The package's kernel also
 #    lets idle warps leave early (their slots go to the next blocks, which makes small buckets cheap), but
 #    the busy warps stay and meet at a **named barrier** that states how many threads it waits for,

@@ -67,9 +67,9 @@ print(enc.gpu_status())
 #
 # Each *case* is a named function in `gpt2enc_edu/bench/cases.py` that prepares one call; the timer then runs
 # it many times. Before every repeat the timer writes a buffer twice the size of the GPU's L2 cache, so
-# the inputs come from HBM (the GPU's main memory) as they would in training, and queues a short spin kernel so that the CUDA
-# events time the GPU's work rather than Python's launch overhead. We report the median and the 10th and
-# 90th percentiles.
+# the inputs come from HBM (the GPU's main memory) as they would in training, and queues a short spin kernel so
+# that the CUDA events (timestamps the GPU itself records between two kernels) time the GPU's work rather than
+# Python's launch overhead. We report the median and the 10th and 90th percentiles.
 #
 # **Minimal bytes.** An ideal kernel reads each input byte once and writes each output byte once:
 #
