@@ -277,7 +277,7 @@ print(f"{distinct:,} distinct ids in {B * T:,} positions. Converting all {V_gpt2
 #
 # `method="atomic_bf16"` does what a kernel without fp32 scratch space would do: `atomicAdd` on the bf16
 # gradients themselves. Now **every** add rounds to 8 significant bits, and the rounding errors of a row
-# pile up with the number of adds (and still depend on the order, as the previous cell showed).
+# pile up with the number of adds (and still depend on the order, as the bf16 runs of section 4 showed).
 #
 # The histogram compares each result with the float64 reference rounded to bf16 (in bf16 ULPs). Read the
 # numbers, not just the shape: fp32 accumulation is almost always exact to the last bit; bf16 atomics
@@ -333,7 +333,8 @@ print(f"{np.count_nonzero(large):,} of {large.size:,} single adds ({100 * np.mea
       f"bf16 ULP of the value they land on; {100 * np.mean(np.abs(landing) < 0.5):.0f}% of the adds land on a value "
       f"below 0.5 in magnitude")
 del landing, half_ulp, large
-#
+
+# %% [markdown]
 # Below, for each touched row: the fraction of the exact update (the float64 sum of the row's `dout`
 # terms) that actually arrived in `dwte`, against the number of adds.
 

@@ -358,7 +358,7 @@ if steps:
 #   rounding draws from its own `torch.Generator`, seeded too. No dropout.
 # * **Data order**: fixed windows of the token sample, the same at every run (no shuffling).
 # * **Matmuls**: cuBLAS is reproducible on one GPU with a fixed workspace configuration,
-#   `CUBLAS_WORKSPACE_CONFIG=:4096:8`, set before CUDA starts (the cell above).
+#   `CUBLAS_WORKSPACE_CONFIG=:4096:8`, set before CUDA starts (the first cell after the setup).
 # * **Attention**: written out (`q @ k.T`, mask, softmax, `@ v`) rather than a fused attention kernel, some of
 #   whose backward passes use atomics.
 # * **Everything else** (LayerNorm, GELU, softmax, cross-entropy, AdamW's elementwise update) reduces in a
