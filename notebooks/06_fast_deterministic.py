@@ -429,9 +429,9 @@ if bench_b1:
 
 # %% [markdown]
 # Most of the difference is what the bench's timer adds to any call: `docs/experiments.md` ("What a timed call
-# holds besides the kernels") times a kernel of one thread the bench's way, and it takes about as long as the gap
-# between the two lines above; the cold reads of the ids add a little (the same section times the table with and
-# without the flush).
+# holds besides the kernels") times a kernel of one thread the bench's way, and it takes 2.9 µs (H200,
+# 2026-12-04), about the gap between the two lines above; the cold reads of the ids add a little (the same section
+# times the table with and without the flush).
 #
 # ## 7. Skew against measured time (core)
 #
