@@ -242,12 +242,13 @@ if rows:
 #
 # *Measured* (`docs/experiments.md`, section "Forward", B=64):
 #
-# * Writing alone is not the limit: a memset of the output's bytes runs at 93 % of the copy rate (H200).
+# * Writing alone is not the limit: a memset of the output's bytes, and a kernel that only stores with the
+#   forward's thread map, run at 93 % of the copy rate (H200).
 # * The forward with **every id equal**, which writes the same output but reads almost nothing (one `wte` row, from
 #   cache), shows the ceiling of this kernel's own mix: about three quarters of the copy rate on the H200 (3.15 TB/s),
 #   91 % on an H100. So even a perfect gather would not reach 100 % of this floor; on the H200, whose numbers this
 #   notebook draws, the forward's seven tenths lie within a few points of that ceiling.
-# * On uniform ids Nsight Compute counts more bytes read from DRAM than the distinct rows hold (rows evicted from L2
+# * On uniform ids Nsight Compute (NVIDIA's kernel profiler) counts more bytes read from DRAM than the distinct rows hold (rows evicted from L2
 #   between two uses are read twice). Other thread maps, cache hints, and maps that keep loads and stores in flight
 #   together gained at most a microsecond or two.
 #
