@@ -143,7 +143,7 @@ def draw_hazard(fault: dict, title: str, *, ax=None):
         _, ax = plt.subplots(figsize=(9, 0.32 * warps + 1.8), dpi=80, layout="constrained")
     colours = plt.get_cmap("tab10")
     shade = np.ma.masked_invalid(role_of.reshape(warps, 32))
-    ax.imshow(np.zeros((warps, 32)), cmap="Greys", vmin=0, vmax=4, aspect="auto")
+    ax.imshow(np.ones((warps, 32)), cmap="Greys", vmin=0, vmax=6, aspect="auto")  # light grey: no part in it
     ax.imshow(shade, cmap=colours, vmin=0, vmax=9, aspect="auto", interpolation="nearest")
     ax.set_xticks(range(0, 32, 4))
     ax.set_yticks(range(warps), [f"warp {w}" for w in range(warps)])

@@ -83,7 +83,8 @@ class Warmup:
             else:
                 per = WARP_SIZE if self.name == "warp_sum" else WARMUP_BLOCK
                 arrays = {"x": x, "out": poisoned(x.size // per, np.float32)}
-                description = f"n={x.size} ({x.size // per} {'warps' if per == WARP_SIZE else 'blocks'})"
+                count = x.size // per
+                description = f"n={x.size} ({count} {'warp' if per == WARP_SIZE else 'block'}{'s' * (count > 1)})"
             cases.append(Case(description, arrays, {}, 2 if i < 2 else 1, {}, description))
         return cases
 
