@@ -192,6 +192,15 @@ def test_an_index_past_either_end_names_the_thread_the_array_and_the_index():
         grid.launch(negative, 1, 4, (np.zeros(4), np.ones(4)), writes={"out"})
 
 
+def test_a_float_index_says_to_divide_with_two_slashes():
+    def halves(cuda, out, x):
+        out[cuda.threadIdx.x] = x[cuda.threadIdx.x / 2]
+
+    with pytest.raises(grid.KernelFault, match=r"thread \d of block 0: read x\[\d\.\d\], an index that is not an "
+                       "integer"):
+        grid.launch(halves, 1, 4, (np.zeros(4), np.ones(4)), writes={"out"})
+
+
 def test_a_misaligned_pack_names_the_array():
     def misaligned(cuda, out, x):
         out[cuda.threadIdx.x] = grid.load128(x, 2)[0]

@@ -125,6 +125,12 @@ class Memory:
         """The flat element ids ``key`` selects; a fault for a negative or too large index."""
         parts = key if isinstance(key, tuple) else (key,)
         for part in parts:
+            if isinstance(part, (float, np.floating)) or (isinstance(part, np.ndarray) and part.dtype.kind == "f"):
+                thread = self._who()
+                raise KernelFault(f"{thread}: {what} {self.name}[{part}], an index that is not an integer (in "
+                                  "Python `/` divides into a float: `//` is CUDA's integer division)",
+                                  picture(thread, {f"{what} {self.name}[{part}]": [thread.threadIdx.x]}, self.name)
+                                  if hasattr(thread, "threadIdx") else {})
             if isinstance(part, slice):
                 if (part.start is not None and part.start < 0) or (part.stop is not None and part.stop < 0):
                     self.fault(what, part.start if part.start is not None and part.start < 0 else part.stop)
