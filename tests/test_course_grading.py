@@ -177,7 +177,7 @@ def test_a_replayed_seed_is_not_accepted():
 
 
 def test_patching_the_checker_and_numpy_in_the_notebook_changes_no_verdict(monkeypatch, tmp_path, capsys):
-    """What the notebook's process does to itself stays there: the comparison runs in the grader."""
+    """What the notebook's process does to itself stays there: the problems are drawn and compared in the grader."""
     from gpt2enc_edu.course import judging, verdict
 
     monkeypatch.setattr(buildit, "compare_case", lambda *args, **kwargs: None)
@@ -185,6 +185,9 @@ def test_patching_the_checker_and_numpy_in_the_notebook_changes_no_verdict(monke
     monkeypatch.setattr(judging, "_judge", lambda *args, **kwargs: None)
     monkeypatch.setattr(np, "array_equal", lambda *args, **kwargs: True)
     monkeypatch.setattr(verdict.Verdict, "first_wrong", property(lambda self: None))
+    fixed = buildit.draw_cases("forward", np.random.default_rng(0))
+    monkeypatch.setattr(buildit, "draw_cases", lambda *args, **kwargs: fixed)  # problems a kernel could know
+    monkeypatch.setattr(np.random, "default_rng", lambda *args, **kwargs: np.random.Generator(np.random.PCG64(0)))
     result = buildit.check("forward", right_only_at_the_old_shapes)
     assert not result and "FAILED" in capsys.readouterr().out
     lines = [json.loads(line) for line in (tmp_path / "checks.jsonl").read_text().splitlines()]
