@@ -1,11 +1,12 @@
 """The grading process: runs a learner's kernel on the cases the checker sends and sends back what it wrote.
 
-``grading`` starts it as ``python -I <this file> python|cuda`` (isolated: no ``PYTHON*`` variables, no user
-site, not the notebook's ``sys.path``), writes one request to its stdin and reads one reply (``wire``). A
-process for per-thread Python is started ahead of its request (it imports what it needs, then waits), so a
+The grader starts it as ``python -I <this file> python|cuda <site folders>`` (isolated: no ``PYTHON*``
+variables, no user site, not the notebook's ``sys.path``; the folders where the notebook's Python found NumPy,
+ml_dtypes and CuPy are added back), writes one request to its stdin and reads one reply (``wire``). A process
+for per-thread Python is started ahead of its request (it imports what it needs, then waits), so a
 check does not wait for Python and NumPy to start; each serves one request and ends. It never computes
-what a kernel should write and never judges it: the checker, in the notebook's process, keeps the problems,
-computes the expectation after this process has ended and compares.
+what a kernel should write and never judges it: the grader keeps the problems, computes the expectation after
+this process has ended and compares.
 
 Per-thread Python: the kernel arrives as source text and is compiled here in a namespace of its own, with
 builtins that cannot import (except the allowed modules), open files or evaluate text. The package is loaded
@@ -161,7 +162,8 @@ def _cuda(header: dict, arrays: dict) -> tuple[dict, dict]:
 def main() -> None:
     result = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # the kernel's prints (and anything else on stdout) go to stderr, never into the reply
-    python = sys.argv[1:] == ["python"]
+    python = sys.argv[1] == "python"
+    sys.path.extend(folder for folder in sys.argv[2:] if folder not in sys.path)  # grading.site_dirs()
     _bootstrap(python)
     from gpt2enc_edu.course import wire
 

@@ -1,7 +1,8 @@
 """The grader: a process of its own that draws the problems, runs the learner's kernel in a third process,
 computes the expectation, compares, records the verdict and sends it back to the notebook.
 
-``grading`` (in the notebook) starts it as ``python -I <this file>`` and sends it one request: the exercise's
+``grading`` (in the notebook) starts it as ``python -I <this file> <site folders>`` (the folders the notebook's
+Python found NumPy, ml_dtypes and CuPy in, which ``-I`` would drop) and sends it one request: the exercise's
 name, the form, and the kernel as text (``pysource.collect``'s payload, or CUDA source). Here, in order:
 
 1. the text is checked again (``pysource.validate``, ``cudasource.prepare``): the notebook's process could
@@ -37,7 +38,7 @@ _VERDICT_FIELDS = ("exercise", "passed", "message", "case", "tensor", "row_names
 
 
 def _start_child(mode: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-I", str(_CHILD), mode], stdin=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-I", str(_CHILD), mode, *sys.argv[1:]], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(_CHILD.parent),
                             env={**os.environ, "GPT2ENC_EDU_GRADING": "1"})
 
@@ -128,6 +129,7 @@ def _reply(verdict, text: str) -> tuple[dict, dict]:
 def main() -> None:
     result = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
+    sys.path.extend(folder for folder in sys.argv[1:] if folder not in sys.path)  # grading.site_dirs()
     child = _start_child("python")  # ready for a per-thread Python kernel by the time the request comes
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from gpt2enc_edu.course import buildit, judging, record, warmups, wire  # noqa: F401 (imported ahead)

@@ -10,7 +10,8 @@ compares, records the verdict for ``course.report()`` and sends it back; this mo
 This process never computes a verdict: the grader imports nothing from it, so what a notebook does to its own
 process (patching NumPy, the checker's functions or this module) cannot change a verdict or a record. The
 grader and the process that runs the kernel are started with ``python -I`` (no ``PYTHON*`` variables, no
-user site, not this process's ``sys.path``), each serves one check and ends.
+user site, not this process's ``sys.path``; only the folders NumPy, ml_dtypes and CuPy were found in are
+added back, ``site_dirs``), each serves one check and ends.
 """
 
 from __future__ import annotations
@@ -28,9 +29,24 @@ _GRADER = Path(__file__).resolve().parent / "grader.py"
 _ahead: subprocess.Popen | None = None  # a grader started ahead, waiting for its request
 
 
+def site_dirs() -> list[str]:
+    """The folders this Python found NumPy, ml_dtypes and CuPy in (a user site or a ``PYTHONPATH`` folder, say):
+    the grading processes add them to their ``sys.path``, which ``-I`` leaves without them."""
+    import importlib.util
+
+    dirs = []
+    for name in ("numpy", "ml_dtypes", "cupy"):
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin:
+            folder = str(Path(spec.origin).resolve().parents[1])
+            if folder not in dirs:
+                dirs.append(folder)
+    return dirs
+
+
 def _start() -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-I", str(_GRADER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, cwd=str(_GRADER.parent),
+    return subprocess.Popen([sys.executable, "-I", str(_GRADER), *site_dirs()], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(_GRADER.parent),
                             env={**os.environ, "GPT2ENC_EDU_GRADING": "1"})
 
 
