@@ -148,8 +148,9 @@ def _guarded(thread: Thread, step):
 
 
 def _note(exc: Exception, thread: Thread) -> None:
-    if not any("(raised in thread" in note for note in getattr(exc, "__notes__", [])):
-        exc.add_note(f"(raised in {thread})")
+    note = getattr(exc, "add_note", None)  # Python 3.11 and newer
+    if note is not None and not any("(raised in thread" in n for n in getattr(exc, "__notes__", [])):
+        note(f"(raised in {thread})")
 
 
 def _advance(thread: Thread, runner, send):
