@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from . import backend, cuda, memory, mirror, validate
+from . import backend, cuda, memory, methods, mirror, validate, validate_buckets
 from .buckets import BucketTable, build_bucket_table, build_bucket_table_gpu, same_table
 from .loader import cupy_module
 from .methods import DEFAULT_METHOD, METHODS
@@ -161,12 +161,7 @@ def encoder_backward(dwte, dwpe, dout, inp, *positional, seed=validate.SEED_REQU
     seed : int in ``[0, 2**32)``, the stochastic-rounding seed (use a fresh one every step); required, by name
         (left out or passed by position, a ``TypeError`` says what it is for).
     method : a name of ``methods.METHODS``, whose row says what each one reads and runs:
-        ``"bucketed"`` deterministic, llm.c's scheme: wpe kernel + one block per bucket;
-        ``"chunked"`` (the default) deterministic, fast and skew-proof: wpe kernel + one warp per 32-item
-        chunk; the fastest end to end at B >= 8 on an H200, and for at most 1024 ids, which one kernel sums
-        with its own sort of the ids when the table is built on the GPU in the call (docs/performance.md);
-        ``"atomic"`` atomicAdd in fp32, rounded back to nearest once (nondeterministic);
-        ``"atomic_bf16"`` atomicAdd on bf16 itself (nondeterministic and lossy; bf16 only).
+        {methods}
         The deterministic methods round bf16 stochastically, keyed by ``seed`` and the element.
     bucketing : where the bucket table of a deterministic method is built: ``"cpu"`` (NumPy; for CuPy
         arrays this copies the ids to the host and the table back, as llm.c does), ``"gpu"`` (built on
@@ -193,7 +188,7 @@ def encoder_backward(dwte, dwpe, dout, inp, *positional, seed=validate.SEED_REQU
     with _held({"dwte": dwte, "dwpe": dwpe, "dout": dout, "inp": inp}, written=("dwte", "dwpe")):
         dims, seed = validate.backward_args(dwte, dwpe, dout, inp, seed, method, check_ids, bucketing)
         if buckets is not None:
-            validate.check_buckets(buckets, dims, method, bucketing)
+            validate_buckets.check_buckets(buckets, dims, method, bucketing)
             buckets = _own_table(buckets, dims, method, {"dwte": dwte, "dwpe": dwpe})
             if check_ids:
                 _check_table_of_ids(buckets, inp, dims, method)
@@ -206,17 +201,21 @@ def encoder_backward(dwte, dwpe, dout, inp, *positional, seed=validate.SEED_REQU
         _commit({"dwte": (dwte, new_dwte), "dwpe": (dwpe, new_dwpe)})
 
 
+if encoder_backward.__doc__:  # the methods' list, from their rows (python -OO drops docstrings)
+    encoder_backward.__doc__ = encoder_backward.__doc__.replace("        {methods}", methods.described(" " * 8))
+
+
 def _own_table(table, dims, method: str, outputs: dict):
-    """The table the call runs on: a host ``BucketTable`` copied (its arrays are small) and its contents range-checked
-    (``validate.check_table_contents``), with or without ``check_ids``, so nothing can change it after the check; a
-    ``DeviceBucketTable`` as it is, once its arrays are found not to overlap ``outputs`` (addresses only: reading its
-    contents would need a sync; its contract is in docs/reliability.md)."""
+    """The table the call runs on: a host ``BucketTable`` copied (its arrays are small) and its contents
+    range-checked (``validate_buckets.check_table_contents``), with or without ``check_ids``, so nothing can change
+    it after the check; a ``DeviceBucketTable`` as it is, once its arrays are found not to overlap ``outputs``
+    (addresses only: reading its contents would need a sync; its contract is in docs/reliability.md)."""
     if not isinstance(table, BucketTable):
         arrays = {f"buckets.{field}": getattr(table, field) for field in ("info", "bt_list", "units", "counters")}
         validate.check_disjoint(outputs, {name: a for name, a in arrays.items() if backend.is_cupy_array(a)})
         return table
     own = replace(table, info=np.array(table.info), bt_list=np.array(table.bt_list), units=np.array(table.units))
-    validate.check_table_contents(own, dims, method)
+    validate_buckets.check_table_contents(own, dims, method)
     return own
 
 

@@ -13,6 +13,7 @@ a method is its kernel, its launcher, its twin and one row.
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 
 from .layout import SMALL_BACKWARD_MAX_BT, SMALL_MAX_V, dtype_name
@@ -79,6 +80,15 @@ DEFAULT_METHOD = CHUNKED.name
 BUCKETINGS = ("auto", "cpu", "gpu")
 #: The bucketings that build a CuPy call's table on the GPU.
 GPU_BUCKETINGS = ("auto", "gpu")
+
+
+def described(indent: str) -> str:
+    """The methods one a line, ``"name"`` and its notes, the default marked: the list ``encoder_backward``'s
+    docstring shows, so that the notes are written only in the rows above."""
+    lines = [f'``"{m.name}"``{" (the default)" if m.name == DEFAULT_METHOD else ""}: {m.notes}'
+             for m in METHODS.values()]
+    return "\n".join(textwrap.fill(line + end, 116, initial_indent=indent, subsequent_indent=indent + "    ")
+                     for line, end in zip(lines, [";"] * (len(lines) - 1) + ["."]))
 
 
 def deterministic_methods() -> tuple[str, ...]:

@@ -52,13 +52,11 @@ import numpy as np
 from IPython.display import Markdown, display
 
 from gpt2enc_edu import compare, reference, rounding
-from gpt2enc_edu.course import exercises, plots
+from gpt2enc_edu.course import arrays, exercises, rounding_plots
 from gpt2enc_edu.backend import to_numpy
 from gpt2enc_edu.problems import random_problem
 
-xp = enc.array_module()
-print("arrays:", xp.__name__, "->", "the CUDA kernels" if xp is not np else "the NumPy mirror")
-print("gpu_status():", enc.gpu_status())
+xp = arrays()  # prints which backend runs the kernels, as notebook 01 did by hand
 
 # %% [markdown]
 # ## 1. Backward is a scatter-add (core)
@@ -221,7 +219,7 @@ print(f"B = {B}: atomic adds per dwpe element on the GPU {-(-B // layout.ATOMIC_
 # gathered in the outermost bins).
 
 # %%
-ax = plots.ulp_histogram({name: compare.ulp_difference(first[0], second[0]) for name, (first, second) in runs32.items()},
+ax = rounding_plots.ulp_histogram({name: compare.ulp_difference(first[0], second[0]) for name, (first, second) in runs32.items()},
                          limit=16, title="dwte (fp32): run 1 minus run 2")
 
 # %% [markdown]
@@ -288,7 +286,7 @@ print(f"{distinct:,} distinct ids in {B * T:,} positions. Converting all {V_gpt2
 ref16 = reference.backward(p16.dwte, p16.dwpe, p16.dout, p16.inp)
 target = rounding.to_bf16_nearest(ref16.dwte.astype(np.float32))
 ulps16 = {method: compare.ulp_difference(pair[0][0], target) for method, pair in runs16.items()}
-ax = plots.ulp_histogram(ulps16, limit=16, title="dwte (bf16) minus the reference rounded to bf16")
+ax = rounding_plots.ulp_histogram(ulps16, limit=16, title="dwte (bf16) minus the reference rounded to bf16")
 for method, ulps in ulps16.items():
     off = np.abs(ulps[ulps != 0])
     print(f"{method:12s}: {100 * off.size / ulps.size:.2f}% of elements differ"
@@ -308,7 +306,7 @@ adds = np.bincount(p16.inp.ravel(), minlength=V)
 rows = np.flatnonzero(adds)
 errors = {method: np.median(np.abs(compare.ulp_difference(pair[0][0][rows], target[rows])), axis=1)
           for method, pair in runs16.items()}
-ax = plots.error_vs_adds(adds[rows], errors, title="dwte (bf16): error per row")
+ax = rounding_plots.error_vs_adds(adds[rows], errors, title="dwte (bf16): error per row")
 
 # %% [markdown]
 # *Figure: median error per dwte row against the number of adds the row received: flat near 0 for fp32 accumulation,
@@ -347,7 +345,7 @@ for method in ("atomic", "atomic_bf16"):
     arrived[method] = (applied * exact).sum(axis=1) / (exact * exact).sum(axis=1)  # projection on the exact update
     print(f"{method:12s}: rows with >= 100 adds received {np.median(arrived[method][adds[rows] >= 100]):.2f} "
           f"of their update (median); {100 * np.mean(applied == 0):.0f}% of touched elements did not move at all")
-ax = plots.error_vs_adds(adds[rows], arrived, ylabel="fraction of the exact update that arrived",
+ax = rounding_plots.error_vs_adds(adds[rows], arrived, ylabel="fraction of the exact update that arrived",
                          title="dout x 1e-3 into dwte ~ N(0, 1), bf16 storage")
 
 # %% [markdown]

@@ -56,13 +56,9 @@ from IPython.display import Markdown, display
 
 import gpt2enc_edu.cuda
 from gpt2enc_edu import compare, layout, mirror, reference, tokens
-from gpt2enc_edu.course import exercises, plots, schedule
+from gpt2enc_edu.course import arrays, exercises, plots, schedule
 from gpt2enc_edu.backend import to_numpy
 from gpt2enc_edu.problems import random_problem
-
-xp = enc.array_module()
-print("arrays:", xp.__name__, "->", "the CUDA kernels" if xp is not np else "the NumPy mirror")
-print("gpu_status():", enc.gpu_status())
 
 # %% [markdown]
 # ## 1. One owner per element (core)
@@ -378,6 +374,7 @@ print(f"B = 64, T = 1024, uniform ids: {wide.num_buckets:,} buckets, {np.count_n
 del wide
 
 # %%
+xp = enc.array_module()
 if xp is np:
     print("no GPU here: the NumPy mirror stands for both kernels (same sums, same order); a GPU runs and compares them")
 else:
@@ -397,6 +394,7 @@ else:
 # quick), bf16 and fp32 storage, `method="bucketed"`, on the active backend, twice.
 
 # %%
+xp = arrays()  # the active backend
 B, T, C, V = 8, 1024, 768, 8192
 problems = {name: random_problem(B, T, C, V, dtype=dtype, ids="zipf", rng=np.random.default_rng(4))
             for name, dtype in (("bf16", enc.bfloat16), ("fp32", np.float32))}

@@ -49,13 +49,9 @@ import numpy as np
 from IPython.display import Markdown, display
 
 from gpt2enc_edu import compare, rounding
-from gpt2enc_edu.course import exercises, plots
+from gpt2enc_edu.course import arrays, exercises, rounding_plots
 from gpt2enc_edu.backend import to_numpy
 from gpt2enc_edu.loader import kernel_source
-
-xp = enc.array_module()
-print("arrays:", xp.__name__, "->", "the CUDA kernels" if xp is not np else "the NumPy mirror")
-print("gpu_status():", enc.gpu_status())
 
 # %% [markdown]
 # ## 1. bf16 drops small updates (core)
@@ -110,7 +106,7 @@ for step in range(1, steps + 1):
     nearest[step] = xn = rounding.to_bf16_nearest(rounding.fadd(rounding.to_float(xn), increment))
 
 # %%
-ax = plots.rounding_drift({"bf16, round to nearest": nearest, "bf16, stochastic": stochastic, "fp32": fp32},
+ax = rounding_plots.rounding_drift({"bf16, round to nearest": nearest, "bf16, stochastic": stochastic, "fp32": fp32},
                           exact=1.0 + np.arange(steps + 1) * 1e-4, title="1.0 + 10000 additions of 1e-4")
 
 # %% [markdown]
@@ -169,7 +165,7 @@ for seed in (0, 1):
 
 # %%
 thresholds = rounding.noise_2d(np.arange(1 << 16), 0, 2024) & 0xFFFF
-fig = plots.noise_uniformity(thresholds)
+fig = rounding_plots.noise_uniformity(thresholds)
 
 # %% [markdown]
 # *Figure: left, a flat histogram of 65,536 16-bit thresholds; right, each threshold against the next, a
@@ -209,7 +205,7 @@ fractions = np.linspace(0, 1, 21)[:-1]
 draws = np.arange(1 << 16)
 observed = [float((rounding.stochastic_round_bf16(np.full(draws.size, np.float32(1 + f * 2**-7)), draws, 0, 99)
                    > 1.0).mean()) for f in fractions]
-ax = plots.round_up_probability(fractions, observed, title="1 + f * 2^-7, 65536 draws each")
+ax = rounding_plots.round_up_probability(fractions, observed, title="1 + f * 2^-7, 65536 draws each")
 
 # %% [markdown]
 # *Figure: the observed fraction rounded up against the position between two bf16 neighbours; the points lie on the
@@ -235,7 +231,7 @@ ax = plots.round_up_probability(fractions, observed, title="1 + f * 2^-7, 65536 
 quarter, steps_q = np.float32(2.0**-9), 512
 fresh = accumulate_bf16(quarter, steps_q, runs, seed_of_step=lambda step: step)
 fixed = accumulate_bf16(quarter, steps_q, runs, seed_of_step=lambda step: 0)
-ax = plots.rounding_drift({"fresh seed every step": fresh, "the same seed every step": fixed},
+ax = rounding_plots.rounding_drift({"fresh seed every step": fresh, "the same seed every step": fixed},
                           exact=1.0 + np.arange(steps_q + 1) * 2.0**-9, title="1.0 + 512 additions of 2^-9")
 
 # %% [markdown]
@@ -285,6 +281,7 @@ print("  the same seed        :", fixed[:, -1].astype(np.float64).tolist())
 # fp32 and rounds to nearest.
 
 # %%
+xp = arrays()  # the active backend
 steps_k, C = 1000, 64
 grad = np.float32(1e-3).astype(enc.bfloat16)  # 0.00099945..., the nearest bf16
 dout = xp.asarray(np.full((1, 1, C), grad, dtype=enc.bfloat16))
@@ -299,7 +296,7 @@ for method in ("atomic", "bucketed"):
         means.append(float(to_numpy(dwte).astype(np.float64).mean()))
     curves[f"method={method!r}"], finals[method] = np.array(means), to_numpy(dwte)
 print(enc.last_backend())
-ax = plots.rounding_drift(curves, exact=1.0 + np.arange(steps_k + 1) * float(grad),
+ax = rounding_plots.rounding_drift(curves, exact=1.0 + np.arange(steps_k + 1) * float(grad),
                           title=f"dwte (bf16), {steps_k} backward steps of 1e-3")
 
 # %% [markdown]

@@ -59,13 +59,9 @@ from gpt2enc_edu import bench, compare, layout, reference, tokens
 from gpt2enc_edu.buckets import gpu as gpu_buckets
 from gpt2enc_edu.buckets import mirror_cooperative, mirror_scatter, mirror_small
 from gpt2enc_edu.backend import to_numpy
-from gpt2enc_edu.course import measured, perthread, plots, timing_plots
+from gpt2enc_edu.course import arrays, measured, perthread, plots, timing_plots
 from gpt2enc_edu.loader import kernel_source
 from gpt2enc_edu.problems import random_problem
-
-xp = enc.array_module()
-print("arrays:", xp.__name__, "->", "the CUDA kernels" if xp is not np else "the NumPy mirror")
-print("gpu_status():", enc.gpu_status())
 
 # %% [markdown]
 # ## 1. What was slow (core)
@@ -174,7 +170,10 @@ display(Markdown(f"```python\n{inspect.getsource(perthread.encoder_backward_wte_
 
 # %% [markdown]
 # Run over the grid by `perthread.launch_backward_wte_chunked` on a small skewed problem, it gives the bits
-# of the package (the NumPy mirror on a CPU, the kernel on a GPU):
+# of the package (the NumPy mirror on a CPU, the kernel on a GPU; the next cell says which runs here):
+
+# %%
+xp = arrays()
 
 # %%
 # NBVAL_CHECK_OUTPUT

@@ -12,8 +12,11 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
+import gpt2enc_edu as enc
+from gpt2enc_edu import course
 from gpt2enc_edu.course import hosted
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -266,3 +269,10 @@ def test_installed_package_elsewhere_prints_nothing(monkeypatch, tmp_path, capsy
     host = FakeHost(monkeypatch, hosted_env=None, importable=True)
     assert run_cell(tmp_path, monkeypatch)["enc"].__name__ == "gpt2enc_edu"
     assert host.commands == [] and capsys.readouterr().out == ""
+
+
+def test_the_notebooks_array_module_is_the_packages_and_says_which_backend_runs(capsys, monkeypatch):
+    monkeypatch.setenv("GPT2ENC_BACKEND", "numpy")
+    assert course.arrays() is np
+    assert capsys.readouterr().out.splitlines() == [
+        "arrays: numpy -> the NumPy mirror", f"gpu_status(): {enc.gpu_status()}"]

@@ -45,3 +45,11 @@ def test_one_launch_only_for_a_row_that_has_one():
     for method in methods.METHODS.values():
         assert methods.one_launch_backward(method.name, "gpu", 8, 100) == (method.one_launch is not None)
     assert not methods.one_launch_backward("no such method", "gpu", 8, 100)
+
+
+def test_the_api_docstring_lists_every_method_with_its_notes():
+    doc = " ".join(enc.encoder_backward.__doc__.split())  # the list is wrapped: compare with white space folded
+    for method in methods.METHODS.values():
+        default = " (the default)" if method.name == methods.DEFAULT_METHOD else ""
+        assert f'``"{method.name}"``{default}: {method.notes}' in doc
+    assert "{methods}" not in doc

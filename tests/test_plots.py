@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 import gpt2enc_edu as enc  # noqa: E402
-from gpt2enc_edu.course import measured, plots, schedule, timing_plots  # noqa: E402
+from gpt2enc_edu.course import measured, plots, rounding_plots, schedule, timing_plots  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -57,7 +57,7 @@ def _step_heights(patch) -> float:
 
 def test_ulp_histogram_counts_and_clipping():
     diffs = {"a": np.array([0, 0, 0, 1, -1, 500]), "b": np.array([0, -700, 2])}
-    ax = plots.ulp_histogram(diffs, limit=2, title="t")
+    ax = rounding_plots.ulp_histogram(diffs, limit=2, title="t")
     assert len(ax.patches) == 2
     assert _step_heights(ax.patches[0]) == 3  # three zeros in "a"
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
@@ -69,9 +69,9 @@ def test_ulp_histogram_counts_and_clipping():
 
 def test_ulp_histogram_refuses_nothing_and_bad_limit():
     with pytest.raises(ValueError):
-        plots.ulp_histogram({})
+        rounding_plots.ulp_histogram({})
     with pytest.raises(ValueError):
-        plots.ulp_histogram({"a": np.array([1])}, limit=0)
+        rounding_plots.ulp_histogram({"a": np.array([1])}, limit=0)
 
 
 def test_bucket_rank_size():
@@ -110,17 +110,17 @@ def test_gantt_comparison_shares_time_and_titles_the_makespan():
 
 
 def test_error_vs_adds():
-    ax = plots.error_vs_adds([1, 10, 100], {"m": [0.0, 1.0, 2.0]})
+    ax = rounding_plots.error_vs_adds([1, 10, 100], {"m": [0.0, 1.0, 2.0]})
     (line,) = ax.get_lines()
     assert line.get_xdata().tolist() == [1, 10, 100] and line.get_ydata().tolist() == [0, 1, 2]
     assert ax.get_xscale() == "log"
     with pytest.raises(ValueError):
-        plots.error_vs_adds([1, 2], {"m": [1.0]})
+        rounding_plots.error_vs_adds([1, 2], {"m": [1.0]})
 
 
 def test_rounding_drift_draws_runs_and_their_mean():
     runs = np.array([[1.0, 2.0, 3.0], [1.0, 0.0, 1.0]])
-    ax = plots.rounding_drift({"one": np.array([1.0, 1.0, 1.0]), "runs": runs}, exact=[1.0, 1.5, 2.0])
+    ax = rounding_plots.rounding_drift({"one": np.array([1.0, 1.0, 1.0]), "runs": runs}, exact=[1.0, 1.5, 2.0])
     lines = ax.get_lines()
     assert len(lines) == 1 + 1 + 2 + 1  # 1-D curve, mean, two runs, exact
     assert lines[1].get_ydata().tolist() == [1.0, 1.0, 2.0]  # the mean
@@ -132,7 +132,7 @@ def test_rounding_drift_draws_runs_and_their_mean():
 
 def test_noise_uniformity():
     values = np.arange(1000) * 61 % 65536
-    fig = plots.noise_uniformity(values, pairs=100)
+    fig = rounding_plots.noise_uniformity(values, pairs=100)
     hist_ax, lag_ax = fig.axes
     assert len(hist_ax.patches) == 64
     assert sum(p.get_height() for p in hist_ax.patches) == 1000
@@ -140,16 +140,16 @@ def test_noise_uniformity():
     assert points.get_xdata().tolist() == values[:100].tolist()
     assert points.get_ydata().tolist() == values[1:101].tolist()
     with pytest.raises(ValueError):
-        plots.noise_uniformity([1])
+        rounding_plots.noise_uniformity([1])
 
 
 def test_round_up_probability():
-    ax = plots.round_up_probability([0.0, 0.5], [0.01, 0.49])
+    ax = rounding_plots.round_up_probability([0.0, 0.5], [0.01, 0.49])
     ideal, observed = ax.get_lines()
     assert ideal.get_xdata().tolist() == [0, 1]
     assert observed.get_xdata().tolist() == [0.0, 0.5] and observed.get_ydata().tolist() == [0.01, 0.49]
     with pytest.raises(ValueError):
-        plots.round_up_probability([0.0], [0.1, 0.2])
+        rounding_plots.round_up_probability([0.0], [0.1, 0.2])
 
 
 def test_drawing_into_a_given_axes():
@@ -164,7 +164,7 @@ def test_drawing_into_a_given_axes():
 @pytest.mark.parametrize("limit", [1, 2, 5, 16, 50, 1000])
 def test_ulp_histogram_tick_labels_do_not_collide(limit):
     """The overflow bins, labelled at +-(limit+1), keep at least 2 ULPs from the nearest inner tick."""
-    ax = plots.ulp_histogram({"a": np.array([-limit - 5, 0, limit + 5])}, limit=limit)
+    ax = rounding_plots.ulp_histogram({"a": np.array([-limit - 5, 0, limit + 5])}, limit=limit)
     ticks = list(ax.get_xticks())
     labels = [t.get_text() for t in ax.get_xticklabels()]
     assert ticks[0] == -limit - 1 and ticks[-1] == limit + 1

@@ -1,7 +1,7 @@
 """Host bucket tables are range-checked, with or without ``check_ids`` (docs/reliability.md, "Bucket tables").
 
 A ``BucketTable`` passed as ``buckets=`` is copied and its contents checked before anything runs
-(``validate.check_table_contents``): positions in ``[0, B*T)``, tokens in ``[0, V)``, every row's range inside
+(``validate_buckets.check_table_contents``): positions in ``[0, B*T)``, tokens in ``[0, V)``, every row's range inside
 ``bt_list``, channel groups and chunks in range, the multi-chunk units a prefix with their chunks inside it. An
 edited table is refused with a ValueError naming the field, and nothing is written, on both backends (run, such a
 table reads and writes out of bounds on the GPU, and on the mirror raises a raw IndexError half-way or wraps negative
