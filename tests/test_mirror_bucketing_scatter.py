@@ -15,18 +15,10 @@ from gpt2enc_edu.tokens import make_ids
 
 DTYPES = [pytest.param((bfloat16, 776), id="bf16-C776"), pytest.param((np.float32, 768), id="fp32-C768")]
 CASES = [  # (B, T, V, ids)
-    (1, 1, 1, "uniform"),
-    (1, 1, 5, "uniform"),
-    (1, 1000, 2, "uniform"),
-    (1, 1024, 50257, "zipf"),
-    (1, 1024, 50257, "real"),
-    (3, 700, 70000, "uniform"),
-    (8, 1024, 50257, "uniform"),
-    (8, 1024, 50257, "zipf"),
-    (64, 1024, 50257, "uniform"),
-    (64, 1024, 50257, "zipf"),
-    (64, 1024, 50257, "repeated"),
-    (2, 999, 1030, "zipf"),
+    (1, 1, 1, "uniform"), (1, 1, 5, "uniform"), (1, 1000, 2, "uniform"),
+    (1, 1024, 50257, "zipf"), (1, 1024, 50257, "real"), (3, 700, 70000, "uniform"),
+    *[(B, 1024, 50257, ids) for B in (8, 64) for ids in ("uniform", "zipf")],
+    (64, 1024, 50257, "repeated"), (2, 999, 1030, "zipf"),
 ]
 
 

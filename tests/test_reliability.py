@@ -100,6 +100,14 @@ def _bad_choice(choices):
     return st.one_of(wrong_strings, not_strings)
 
 
+def _ids_out_of_range(draw, xp, inp):
+    """A copy of the ids ``inp`` (NumPy) on ``xp`` with one id, at a drawn place, drawn outside [0, V)."""
+    ids = inp.copy()
+    ids.reshape(-1)[draw(st.integers(0, ids.size - 1))] = draw(
+        st.one_of(st.integers(-(2**31), -1), st.integers(V, 2**31 - 1)))
+    return xp.asarray(ids)
+
+
 def _spoil_array(draw, xp, arrays: dict, name: str) -> tuple[object, type, tuple[str, ...], dict]:
     """Replace ``arrays[name]`` by a bad value; returns (value, exception, names, extra watched buffers)."""
     value = arrays[name]
@@ -163,10 +171,7 @@ def bad_backward(draw, xp):
         kwargs[name], exc, names, extra = _spoil_array(draw, xp, arrays, name)
         return BadCall(kwargs, exc, names, {**watched, **extra})
     if what == "ids":
-        ids = p.inp.copy()
-        ids.reshape(-1)[draw(st.integers(0, ids.size - 1))] = draw(
-            st.one_of(st.integers(-(2**31), -1), st.integers(V, 2**31 - 1)))
-        kwargs["inp"] = watched["inp"] = xp.asarray(ids)
+        kwargs["inp"] = watched["inp"] = _ids_out_of_range(draw, xp, p.inp)
         return BadCall(kwargs, ValueError, ("inp",), watched)
     if what == "seed":
         kwargs["seed"] = seed = draw(BAD_SEEDS)
@@ -218,10 +223,7 @@ def bad_forward(draw, xp):
             kwargs[name] = [0.0]  # out=None is allowed (allocate); any other non-array is not
         return BadCall(kwargs, exc, names, {**arrays, **extra})
     if what == "ids":
-        ids = p.inp.copy()
-        ids.reshape(-1)[draw(st.integers(0, ids.size - 1))] = draw(
-            st.one_of(st.integers(-(2**31), -1), st.integers(V, 2**31 - 1)))
-        kwargs["inp"] = arrays["inp"] = xp.asarray(ids)
+        kwargs["inp"] = arrays["inp"] = _ids_out_of_range(draw, xp, p.inp)
         return BadCall(kwargs, ValueError, ("inp",), arrays)
     if what == "check_ids":
         kwargs["check_ids"] = draw(BAD_FLAGS)
