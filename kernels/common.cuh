@@ -144,17 +144,13 @@ __device__ __forceinline__ void wait_async_copies_but() {
 //   - a kernel calls allow_next_grid() only after its own wait_for_previous_grid(): the kernel after it then
 //     starts only once the one before has ended, and the chain of dependencies stays whole.
 // In a kernel launched the plain way, and below sm_90, both do nothing.
-__device__ __forceinline__ void wait_for_previous_grid() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
+__device__ __forceinline__ void wait_for_previous_grid() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void allow_next_grid() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+#else
+__device__ __forceinline__ void wait_for_previous_grid() {}
+__device__ __forceinline__ void allow_next_grid() {}
 #endif
-}
-
-__device__ __forceinline__ void allow_next_grid() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
 
 // ----------------------------------------------------------------------------------------------------------
 // Random numbers without state: a hash of (position, seed). All arithmetic is unsigned 32-bit and wraps, so
