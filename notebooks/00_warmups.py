@@ -78,7 +78,7 @@ try:
     grid.launch(copy, 3, 128, (np.zeros(300, np.float32), np.ones(300, np.float32)), writes={"out"})
 except grid.KernelFault as fault:
     print(fault)
-    verdict.draw_hazard(fault.picture, "copy");
+    verdict.draw_hazard(fault.picture, "copy")
 
 # %% [markdown]
 # The message names the thread (its block and its index in the block), the array and the index; the picture
