@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import solutions.perthread as solutions
-from gpt2enc_edu.course import buildit, grid, skeletons
+from gpt2enc_edu.course import buildit, cudasource, grid, skeletons
 from gpt2enc_edu.course.grid import fadd, load128, round_to_storage, store128, to_float, to_storage_nearest
 from gpt2enc_edu.layout import WARP_SIZE, WTE_WARPS, pack_size
 from gpt2enc_edu.loader import kernel_dir, kernel_source
@@ -345,7 +345,7 @@ def test_cuda_solutions_and_skeletons_compile(tmp_path, dtype_flag):
             pytest.fail("nvcc not found, but CI must compile the CUDA solutions")
         pytest.skip("nvcc not found")
     exercises = sorted(skeletons.KERNEL_EXERCISES)
-    units = {"solutions": [skeletons.fill(e, (CUDA_SOLUTIONS / f"{e}.cu").read_text()) for e in exercises],
+    units = {"solutions": [cudasource.fill(e, (CUDA_SOLUTIONS / f"{e}.cu").read_text()) for e in exercises],
              "skeletons": [skeletons.skeleton(e) for e in exercises]}
     for name, sources in units.items():
         path = tmp_path / f"{name}.cu"

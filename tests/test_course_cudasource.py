@@ -19,7 +19,7 @@ def test_the_solutions_pass_the_rules_as_bodies_and_as_whole_files(exercise):
     body = (CUDA_SOLUTIONS / f"{exercise}.cu").read_text()
     prepared = cudasource.prepare(exercise, body)
     assert not prepared.whole_file and body.strip() in prepared.source
-    whole = skeletons.fill(exercise, body)
+    whole = cudasource.fill(exercise, body)
     assert cudasource.prepare(exercise, whole).whole_file
 
 
@@ -40,7 +40,7 @@ def test_a_comment_naming_global_does_not_make_a_whole_file():
 @pytest.mark.parametrize("exercise", EXERCISES)
 def test_the_skeleton_itself_is_an_open_exercise(exercise):
     assert cudasource.is_open(skeletons.skeleton(exercise), exercise)
-    assert not cudasource.is_open(skeletons.fill(exercise, (CUDA_SOLUTIONS / f"{exercise}.cu").read_text()), exercise)
+    assert not cudasource.is_open(cudasource.fill(exercise, (CUDA_SOLUTIONS / f"{exercise}.cu").read_text()), exercise)
 
 
 FORWARD = "encoder_forward_v2_kernel"
@@ -71,7 +71,7 @@ def test_bodies_that_could_swap_the_package_in_are_refused(body):
 def test_pragma_unroll_and_common_cuh_are_fine():
     body = "#pragma unroll\nfor (int k = 0; k < 4; k++) {}\n#pragma unroll 4\nfor (int k = 0; k < 4; k++) {}\n"
     cudasource.prepare("forward", body)
-    whole = skeletons.fill("forward", (CUDA_SOLUTIONS / "forward.cu").read_text())
+    whole = cudasource.fill("forward", (CUDA_SOLUTIONS / "forward.cu").read_text())
     cudasource.prepare("forward", whole.replace('#include "common.cuh"', "#include <common.cuh>"))
 
 
@@ -81,7 +81,7 @@ def test_whole_files_the_package_wrote_or_that_miss_the_kernel_are_refused():
         for variant in (text, "// mine now\n" + text.replace("    ", "  "), text.replace("\n", "\n\n")):
             with pytest.raises(SourceRejected, match="package's own kernels/"):
                 cudasource.prepare("forward" if name == "encoder_forward.cu" else "wpe", variant)
-    whole = skeletons.fill("forward", (CUDA_SOLUTIONS / "forward.cu").read_text())
+    whole = cudasource.fill("forward", (CUDA_SOLUTIONS / "forward.cu").read_text())
     twice = whole + whole[whole.index('extern "C" __global__ void encoder_forward_v2_kernel'):]
     with pytest.raises(SourceRejected, match="exactly once"):
         cudasource.prepare("forward", twice.replace('#include "common.cuh"', ""))

@@ -132,3 +132,11 @@ def map_log(log: str, prepared: Prepared, learner_lines: int) -> str:
         return f"skeleton line {line}: "
 
     return _LOG_LINE.sub(rename, log)
+
+
+def fill(exercise: str, body: str) -> str:
+    """The whole source: ``body`` in the gap of ``skeleton(exercise)``. A whole file (with ``__global__`` in its
+    code, not only in a comment) is returned as it is."""
+    if is_whole_file(body):
+        return body
+    return gap_offset(exercise, body)[1]

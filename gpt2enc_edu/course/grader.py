@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 
 #: Seconds the process running the learner's kernel may take (an endless loop in a kernel, say).
-TIMEOUT_S = {"per-thread Python": 120, "CUDA": 300}
 _CHILD = Path(__file__).resolve().parent / "grade_child.py"
 _VERDICT_ARRAYS = ("expected", "actual", "wrong", "block", "thread")
 _VERDICT_FIELDS = ("exercise", "passed", "message", "case", "tensor", "row_names", "timings", "status", "detail",
@@ -48,7 +47,7 @@ def _run_child(child, form: str, header: dict, arrays: dict):
     from gpt2enc_edu.course import wire
 
     try:
-        stdout, stderr = child.communicate(wire.pack(header, arrays), timeout=TIMEOUT_S[form])
+        stdout, stderr = child.communicate(wire.pack(header, arrays), timeout=wire.TIMEOUT_S[form])
     except subprocess.TimeoutExpired:
         child.kill()
         child.communicate()

@@ -22,7 +22,6 @@ import sys
 from pathlib import Path
 
 from . import cudasource, pysource, record, wire
-from .grader import TIMEOUT_S
 from .verdict import Verdict
 
 _GRADER = Path(__file__).resolve().parent / "grader.py"
@@ -66,7 +65,7 @@ def _ask(request: dict) -> tuple[dict, dict]:
     start_ahead()
     grader, _ahead = _ahead or _start(), None
     try:
-        stdout, stderr = grader.communicate(wire.pack(request, {}), timeout=max(TIMEOUT_S.values()) + 120)
+        stdout, stderr = grader.communicate(wire.pack(request, {}), timeout=max(wire.TIMEOUT_S.values()) + 120)
     except subprocess.TimeoutExpired:
         grader.kill()
         grader.communicate()

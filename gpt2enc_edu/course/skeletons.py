@@ -7,8 +7,8 @@ call (the body of another kernel may live in one), so the file still compiles an
 comment, the includes, the ``#define``s and the kernel's signature stay exactly as the package compiles them. No
 kernel file needs markers: the body is found by matching the braces after the kernel's name.
 
-``fill(exercise, body)`` puts the learner's body into the gap and returns the whole source, ready for
-``loader.compile_source``.
+``cudasource.fill(exercise, body)`` puts the learner's body into the gap and returns the whole source, ready
+for ``loader.compile_source``.
 """
 
 from __future__ import annotations
@@ -120,13 +120,3 @@ def gap_offset(exercise: str, body: str) -> tuple[int, str]:
     start = gap.rindex("\n", 0, gap.index(GAP_MARK)) + 1  # the start of the marker's line
     end = gap.index("\n}", start) + 1  # the kernel's closing brace (the notes may hold braces too)
     return gap[:start].count("\n"), gap[:start] + body.rstrip() + "\n" + gap[end:]
-
-
-def fill(exercise: str, body: str) -> str:
-    """The whole source: ``body`` in the gap of ``skeleton(exercise)``. A whole file (with ``__global__`` in its
-    code, not only in a comment) is returned as it is."""
-    from .cudasource import is_whole_file
-
-    if is_whole_file(body):
-        return body
-    return gap_offset(exercise, body)[1]

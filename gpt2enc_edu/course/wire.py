@@ -14,6 +14,9 @@ import numpy as np
 
 _LENGTH = struct.Struct("<Q")
 
+#: How long the kernel's process may run one check, by the form of the kernel (a CUDA check compiles first).
+TIMEOUT_S = {"per-thread Python": 120, "CUDA": 300}
+
 
 def pack(header: dict, arrays: dict[str, np.ndarray]) -> bytes:
     """One message: ``header`` (JSON) and ``arrays`` (name -> array; bf16 travels as its 16-bit pattern)."""
