@@ -132,15 +132,6 @@ def test_urls_without_a_repository_say_how_to_set_one(monkeypatch):
             make()
 
 
-def test_no_placeholder_repository_in_the_tree():
-    """The address is one setting (pyproject.toml): no notebook, doc or module spells a placeholder of it."""
-    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
-    texts = [ROOT / name for name in tracked if name.endswith((".py", ".md", ".toml", ".ipynb"))]
-    placeholder = "OWNER" + "/"  # spelled in two pieces, so that this file does not hold it
-    spelled = [str(p.relative_to(ROOT)) for p in texts if p.is_file() and placeholder in p.read_text(errors="replace")]
-    assert spelled == []
-
-
 # --- the first cell of the notebooks, executed with the environment faked ---------------------------------------
 
 def first_cell(notebook: Path) -> str:
