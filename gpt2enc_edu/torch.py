@@ -16,7 +16,9 @@ says what the adapter promises and what bounds it; in short:
   forward with ``register_autograd``, so ``torch.compile(fullgraph=True)`` takes them (CPU and CUDA, bf16 and fp32,
   the same bits as eager), ``torch.library.opcheck`` passes, and CUDA graphs capture them (``torch.cuda.graph``,
   ``torch.compile(mode="reduce-overhead")``): inside a call there is no host sync, no allocation outside torch's
-  caching allocator, and no decision that depends on the GPU's data.
+  caching allocator, and no decision that depends on the GPU's data. Eager calls do the same work through one
+  ``autograd.Function`` (``_Eager``), without the operators' Python dispatch, which costs more host time than a
+  small call.
 * **Backends.** CUDA tensors run the kernels (through CuPy) on torch's current stream, with no copies: tensors are
   viewed as CuPy arrays over their memory. CuPy's own allocations inside a call (the bucket table's workspace, the
   chunk partials) come from torch's caching allocator, so a captured graph keeps them in its pool. CPU tensors run
