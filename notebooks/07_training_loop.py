@@ -76,11 +76,11 @@ else:
 # %% [markdown]
 # ## 1. The adapter (core)
 #
-# `gpt2enc_edu.torch.encoder(ids, wte, wpe, method=...)` is an `autograd.Function`; `GPT2Embedding` is the
-# `nn.Module` around it, with parameters `wte` (V, C) and `wpe` (maxT, C). On CUDA tensors it runs the
-# kernels of notebooks 01-04 on torch's current stream, with no copies (the tensors are viewed as CuPy arrays
-# through DLPack); on CPU tensors it runs the NumPy mirror (the same bits). `int64` ids are range-checked and
-# converted to `int32`.
+# `gpt2enc_edu.torch.encoder(ids, wte, wpe, method=...)` is a differentiable function of tensors, registered with
+# PyTorch as two custom operators (so `torch.compile` traces it); `GPT2Embedding` is the `nn.Module` around it,
+# with parameters `wte` (V, C) and `wpe` (maxT, C). On CUDA tensors it runs the kernels of notebooks 01-04 on
+# torch's current stream, with no copies (the tensors are viewed as CuPy arrays); on CPU tensors it runs the NumPy
+# mirror (the same bits). `int64` ids are range-checked and converted to `int32`.
 #
 # Its backward returns fresh gradients and lets autograd add them into `.grad`, exactly as for
 # `nn.Embedding`, so a tied LM head and gradient accumulation just work. Every backward draws a new
@@ -315,7 +315,7 @@ else:
 # These are not the README's and notebook 05's numbers, which find our kernels several times faster than
 # PyTorch's, and they need not agree with them: they time different things. The benchmark times the **GPU's work**
 # of one call (CUDA events, host overhead hidden); the cell above times the **host** around a whole forward and
-# backward, which for our encoder includes its Python: the adapter's `autograd.Function`, the tensors viewed as CuPy
+# backward, which for our encoder includes its Python: the adapter's autograd function, the tensors viewed as CuPy
 # arrays, each launch through CuPy. `nn.Embedding`'s path is C++ all the way. The GPU's work of the same calls,
 # from the committed benchmark (and, where it holds them, its host-timed steps):
 
