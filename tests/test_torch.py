@@ -283,18 +283,20 @@ def test_training_steps_give_the_bits_of_encoder_backward(tt, rng, method):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype_name", ["bfloat16", "float32", "int32", "int64"])
 def test_the_adapters_view_is_as_array_without_dlpack(tt, dtype_name):
-    """``_view`` (the adapter's own calls) gives ``as_array``'s array for contiguous CUDA tensors, over the same
-    memory, and keeps the tensor alive; other tensors go through ``as_array``."""
+    """``torch_arrays.view`` (the adapter's own calls) gives ``as_array``'s array for contiguous CUDA tensors, over
+    the same memory, and keeps the tensor alive; other tensors go through ``as_array``."""
     import gc
 
     import torch
+
+    from gpt2enc_edu import torch_arrays
 
     if not torch.cuda.is_available():
         pytest.skip("torch sees no CUDA GPU")
     dtype = getattr(torch, dtype_name)
     t = (torch.arange(24 * 16, device="cuda") % 251 - 125).to(dtype).reshape(24, 16)
     with tt.on_torch_stream(t.device):
-        view, reference = tt._view(t), tt.as_array(t)
+        view, reference = torch_arrays.view(t), tt.as_array(t)
     assert view.data.ptr == t.data_ptr() and view.shape == (24, 16) and view.dtype == reference.dtype
     assert compare.bitwise_equal(view, reference)
     expected = reference.get()
@@ -304,14 +306,16 @@ def test_the_adapters_view_is_as_array_without_dlpack(tt, dtype_name):
     assert compare.bitwise_equal(view, expected)
     strided = torch.zeros(8, 8, device="cuda", dtype=dtype)[:, ::2]
     with tt.on_torch_stream(strided.device):
-        assert tt._view(strided).shape == (8, 4) and not tt._view(strided).flags.c_contiguous
+        assert torch_arrays.view(strided).shape == (8, 4) and not torch_arrays.view(strided).flags.c_contiguous
 
 
 def test_the_adapters_view_of_a_cpu_tensor_is_as_array(tt):
     import torch
 
+    from gpt2enc_edu import torch_arrays
+
     t = torch.arange(12, dtype=torch.float32).reshape(3, 4)
-    view = tt._view(t)
+    view = torch_arrays.view(t)
     assert isinstance(view, np.ndarray) and np.shares_memory(view, t.numpy())
 
 
