@@ -69,8 +69,10 @@ fi
 
 # 3. the stored notebook outputs
 if [[ $PHASES == *3* ]]; then
+# nbconvert as a module: where the tools were installed with `pip install --target` (a GPU machine without network),
+# the `jupyter-nbconvert` script that `jupyter nbconvert` looks for is not on PATH.
 for nb in notebooks/[0-9]*.ipynb; do
-  "$PY" -m jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=600 "$nb" \
+  "$PY" -m nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=600 "$nb" \
     >"$LOG/execute-$(basename "$nb" .ipynb).log" 2>&1
   rc=$?
   [ $rc = 0 ] || status=1
