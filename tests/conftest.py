@@ -66,3 +66,21 @@ def _cupy():
 def xp(request):
     """The array module of one backend: NumPy (the mirror) always, CuPy (the kernels) with a GPU."""
     return np if request.param == "numpy" else _cupy()
+
+
+@pytest.fixture
+def tt():
+    """``gpt2enc_edu.torch`` (the PyTorch adapter), or a skip when torch is not installed."""
+    pytest.importorskip("torch")
+    from gpt2enc_edu import torch as adapter
+
+    return adapter
+
+
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def device(request):
+    """The torch device of one backend: the CPU (NumPy mirror) always, CUDA (the kernels) with a GPU."""
+    torch = pytest.importorskip("torch")
+    if request.param == "cuda" and not torch.cuda.is_available():
+        pytest.skip(f"torch {torch.__version__} sees no CUDA GPU")
+    return torch.device(request.param)

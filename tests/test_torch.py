@@ -26,24 +26,6 @@ def test_import_gpt2enc_edu_does_not_import_torch():
     assert result.stdout.strip() == "False"
 
 
-@pytest.fixture
-def tt():
-    """``gpt2enc_edu.torch``, or a skip when torch is not installed."""
-    pytest.importorskip("torch")
-    from gpt2enc_edu import torch as adapter
-
-    return adapter
-
-
-@pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
-def device(request):
-    """The torch device of one backend: the CPU (NumPy mirror) always, CUDA (the kernels) with a GPU."""
-    torch = pytest.importorskip("torch")
-    if request.param == "cuda" and not torch.cuda.is_available():
-        pytest.skip(f"torch {torch.__version__} sees no CUDA GPU")
-    return torch.device(request.param)
-
-
 def _xp(device):
     if device.type == "cuda":
         import cupy

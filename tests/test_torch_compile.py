@@ -18,22 +18,6 @@ DTYPES = [pytest.param("bfloat16", id="bf16"), pytest.param("float32", id="fp32"
 
 
 @pytest.fixture
-def tt():
-    pytest.importorskip("torch")
-    from gpt2enc_edu import torch as adapter
-
-    return adapter
-
-
-@pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
-def device(request):
-    torch = pytest.importorskip("torch")
-    if request.param == "cuda" and not torch.cuda.is_available():
-        pytest.skip(f"torch {torch.__version__} sees no CUDA GPU")
-    return torch.device(request.param)
-
-
-@pytest.fixture
 def cuda():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
