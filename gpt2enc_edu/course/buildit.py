@@ -33,7 +33,7 @@ from ..compare import error_bound
 from ..layout import BLOCK_SIZE, c_per_group, pack_size
 from ..problems import Problem, poisoned, random_problem
 from ..rounding import bfloat16
-from .grading import grade
+from .grading import grade, named_check
 from .skeletons import KERNEL_EXERCISES
 from .specs import Case
 from .verdict import Verdict, elementwise_owner
@@ -227,17 +227,7 @@ def check(exercise: str, kernel, *, show: bool = False, time_it: bool = True) ->
     return grade(BuildIt(exercise), kernel, show=show, time_it=time_it)
 
 
-def check_forward(kernel, **kwargs) -> Verdict:
-    return check("forward", kernel, **kwargs)
-
-
-def check_backward_atomic(kernel, **kwargs) -> Verdict:
-    return check("atomic", kernel, **kwargs)
-
-
-def check_backward_wpe(kernel, **kwargs) -> Verdict:
-    return check("wpe", kernel, **kwargs)
-
-
-def check_backward_wte_bucketed(kernel, **kwargs) -> Verdict:
-    return check("wte_bucketed", kernel, **kwargs)
+check_forward = named_check(check, "forward", "check_forward")
+check_backward_atomic = named_check(check, "atomic", "check_backward_atomic")
+check_backward_wpe = named_check(check, "wpe", "check_backward_wpe")
+check_backward_wte_bucketed = named_check(check, "wte_bucketed", "check_backward_wte_bucketed")

@@ -77,6 +77,18 @@ def _ask(request: dict) -> tuple[dict, dict]:
     return wire.unpack(stdout)
 
 
+def named_check(check, exercise: str, name: str):
+    """``check`` with its first argument fixed to ``exercise``, under the public name ``name`` (``check_forward``,
+    ``check_warp_sum``, ...): the one-argument form a notebook cell calls."""
+
+    def named(kernel, **kwargs) -> Verdict:
+        return check(exercise, kernel, **kwargs)
+
+    named.__name__ = named.__qualname__ = name
+    named.__doc__ = f"``check({exercise!r}, kernel, **kwargs)``: {check.__doc__}"
+    return named
+
+
 def grade(exercise, kernel, *, show: bool = False, time_it: bool = True) -> Verdict:
     """The graded check of ``kernel`` (per-thread Python function, or CUDA source) for ``exercise`` (an object
     with ``name``, ``title`` and ``hint``); prints the verdict and returns it (``show``: draw a failure)."""

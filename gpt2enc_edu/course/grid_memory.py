@@ -175,19 +175,7 @@ class Memory:
             picture(thread, roles, self.name, [element]))
 
     def read(self, ids) -> None:
-        thread = self.tracker.current
-        gid, size, interval = thread._gid, self.tracker.block_size, thread._block["interval"]
-        block = gid // size
-        writes, reads = self.writes, self.reads
-        for e in ids:
-            w = writes.get(e)
-            if w is not None and w[0] != gid and (w[0] // size != block or w[1] == interval):
-                self._race(e, w[0], "wrote", "read")
-            r = reads.get(e)
-            if r is None or r[0] == gid or (r[1] == block and r[2] != interval):
-                reads[e] = (gid, block, interval)
-            else:
-                reads[e] = (_MANY, block if r[1] == block else _MANY, interval)
+        self._access(ids, writing=False)
 
     def write(self, ids) -> None:
         thread = self.tracker.current
@@ -195,17 +183,29 @@ class Memory:
             self.refuse(thread)
         if self.kind == "global":
             self.tracker.count(len(ids))
+        self._access(ids, writing=True)
+
+    def _access(self, ids, writing: bool) -> None:
+        """Record the running thread's reads or writes of elements ``ids``, raising the first race: an element
+        another thread wrote (or, for a write, read) in the same barrier interval of its block, or in another block."""
+        thread = self.tracker.current
         gid, size, interval = thread._gid, self.tracker.block_size, thread._block["interval"]
         block = gid // size
+        did = "wrote" if writing else "read"
         writes, reads = self.writes, self.reads
         for e in ids:
             w = writes.get(e)
             if w is not None and w[0] != gid and (w[0] // size != block or w[1] == interval):
-                self._race(e, w[0], "wrote", "wrote")
+                self._race(e, w[0], "wrote", did)
             r = reads.get(e)
-            if r is not None and r[0] != gid and (r[1] != block or r[2] == interval):
-                self._race(e, None if r[0] == _MANY else r[0], "read", "wrote", None if r[1] == _MANY else r[1])
-            writes[e] = (gid, interval)
+            if writing:
+                if r is not None and r[0] != gid and (r[1] != block or r[2] == interval):
+                    self._race(e, None if r[0] == _MANY else r[0], "read", "wrote", None if r[1] == _MANY else r[1])
+                writes[e] = (gid, interval)
+            elif r is None or r[0] == gid or (r[1] == block and r[2] != interval):
+                reads[e] = (gid, block, interval)
+            else:
+                reads[e] = (_MANY, block if r[1] == block else _MANY, interval)
 
     def refuse(self, thread) -> None:
         why = ("many threads add into it at once: only cuda.atomic_add may change it" if self.access == "atomic"

@@ -18,7 +18,7 @@ import numpy as np
 from ..layout import WARP_SIZE
 from ..problems import poisoned
 from ..rounding import fadd
-from .grading import grade
+from .grading import grade, named_check
 from .launchers import WARMUP_BLOCK
 from .specs import Case
 from .verdict import Verdict
@@ -131,13 +131,6 @@ def check(name: str, kernel, *, show: bool = False) -> Verdict:
     return grade(Warmup(name), kernel, show=show)
 
 
-def check_add_bias(kernel, **kwargs) -> Verdict:
-    return check("add_bias", kernel, **kwargs)
-
-
-def check_warp_sum(kernel, **kwargs) -> Verdict:
-    return check("warp_sum", kernel, **kwargs)
-
-
-def check_block_sum(kernel, **kwargs) -> Verdict:
-    return check("block_sum", kernel, **kwargs)
+check_add_bias = named_check(check, "add_bias", "check_add_bias")
+check_warp_sum = named_check(check, "warp_sum", "check_warp_sum")
+check_block_sum = named_check(check, "block_sum", "check_block_sum")
