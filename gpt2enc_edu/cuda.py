@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .buckets import DeviceBucketTable, bucketing_route, build_bucket_table_gpu, max_multi_chunk_units, to_device
+from .caches import BoundedCache
 from .checks import check_choice
 from .layout import (
     ATOMIC_ROWS,
@@ -114,16 +115,20 @@ def encoder_backward_wte_bucketed(dwte, table, dout, C: int, seed: int, *, form:
            after_kernel=True)
 
 
-_partials_cache: dict = {}
+#: Per-stream scratch of the CUDA calls, each cache bounded (``caches``: least recently used dropped, entries a
+#: captured graph uses kept).
+_partials_cache = BoundedCache("chunk partials", 8)
+_side_streams = BoundedCache("side streams", 16)
+_fp32_scratch = BoundedCache("atomic fp32 rows", 4)  # dwte-sized: the largest scratch, so the fewest kept
 
 
 def _chunk_partials(BT: int, C_padded: int):
     """Room for the partial sums of multi-chunk tokens, reused across calls on one stream."""
     cupy = cupy_module()
-    key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, BT, C_padded)
-    if key not in _partials_cache:
-        _partials_cache[key] = cupy.empty(max_multi_chunk_units(BT) * C_padded, dtype=np.float32)
-    return _partials_cache[key]
+    stream = cupy.cuda.get_current_stream()
+    return _partials_cache.get((cupy.cuda.Device().id, stream.ptr, BT, C_padded),
+                               lambda: cupy.empty(max_multi_chunk_units(BT) * C_padded, dtype=np.float32),
+                               stream.is_capturing())
 
 
 #: The chunk kernel's two forms (kernels/encoder_backward_wte_chunked.cu): the same grid, arguments and bits. The
@@ -207,19 +212,14 @@ def _launcher(name: str):
     return globals()[name]
 
 
-_side_streams: dict = {}
-
-
 def _side_stream(main):
     """A second stream (and two events) paired with ``main``, for the wpe kernel to run beside the table and the
     wte kernels. Its priority is the default one, as the caller's stream's usually is: the wpe kernel is not on
     the critical path, and a higher priority would let its blocks go before the wte kernel's."""
     cupy = cupy_module()
-    key = (cupy.cuda.Device().id, main.ptr)
-    if key not in _side_streams:
-        _side_streams[key] = (cupy.cuda.Stream(non_blocking=True), cupy.cuda.Event(disable_timing=True),
-                              cupy.cuda.Event(disable_timing=True))
-    return _side_streams[key]
+    return _side_streams.get((cupy.cuda.Device().id, main.ptr),
+                             lambda: (cupy.cuda.Stream(non_blocking=True), cupy.cuda.Event(disable_timing=True),
+                                      cupy.cuda.Event(disable_timing=True)))
 
 
 def encoder_backward_deterministic_gpu_bucketing(dwte, dwpe, dout, inp, B: int, T: int, C: int, V: int,
@@ -263,18 +263,14 @@ def encoder_backward_deterministic_gpu_bucketing(dwte, dwpe, dout, inp, B: int, 
     main.wait_event(wpe_done)
 
 
-_fp32_scratch: dict = {}
-
-
 def _fp32_scratch_for(dwte, dwpe, T: int):
     """fp32 buffers shaped like dwte and dwpe's first T rows, the per-token stamps and a call counter, reused
     across calls on one stream. Only the rows a batch touches are written (then read): no initialisation."""
     cupy = cupy_module()
-    key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, dwte.shape, T, dwpe.shape[1])
-    if key not in _fp32_scratch:
-        _fp32_scratch[key] = [cupy.empty(dwte.shape, np.float32), cupy.empty((T, dwpe.shape[1]), np.float32),
-                              cupy.zeros(dwte.shape[0], np.int32), 0]
-    scratch = _fp32_scratch[key]
+    stream = cupy.cuda.get_current_stream()
+    scratch = _fp32_scratch.get((cupy.cuda.Device().id, stream.ptr, dwte.shape, T, dwpe.shape[1]),
+                                lambda: [cupy.empty(dwte.shape, np.float32), cupy.empty((T, dwpe.shape[1]), np.float32),
+                                         cupy.zeros(dwte.shape[0], np.int32), 0], stream.is_capturing())
     scratch[3] = scratch[3] % (2**31 - 1) + 1  # a stamp no earlier call on these buffers used (1, 2, ...)
     return scratch
 

@@ -11,6 +11,8 @@ import struct
 
 import numpy as np
 
+from .caches import BoundedCache
+
 # cuLaunchKernelEx's structures (cuda.h): CUlaunchAttribute is a 4-byte id, 4 bytes of padding and a 64-byte
 # union; CUlaunchConfig is the grid, the block, the dynamic shared memory, the stream and the attributes.
 CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
@@ -96,18 +98,16 @@ def max_active_blocks(function_ptr: int, block: int, shared_mem: int) -> int:
     return count.value
 
 
-_configs: dict = {}
+_configs = BoundedCache("launch configurations", 64)  # a launch copies its configuration: none is pinned
 
 
 def launch_programmatic(function_ptr: int, grid: tuple, block: int, args: tuple, shared_mem: int,
                         stream_ptr: int) -> None:
     """The loaded ``CUfunction`` at ``function_ptr`` on ``stream_ptr``, with the programmatic-stream-serialization
     attribute set (configurations kept by shape)."""
-    key = (grid, block, shared_mem, stream_ptr)
-    config = _configs.get(key)
-    if config is None:
-        grid3 = (grid + (1, 1))[:3]
-        config = _configs[key] = LaunchConfig((ctypes.c_uint * 3)(*grid3), (ctypes.c_uint * 3)(block, 1, 1),
-                                              shared_mem, stream_ptr, ctypes.pointer(PROGRAMMATIC), 1)
+    grid3 = (grid + (1, 1))[:3]
+    config = _configs.get((grid, block, shared_mem, stream_ptr),
+                          lambda: LaunchConfig((ctypes.c_uint * 3)(*grid3), (ctypes.c_uint * 3)(block, 1, 1),
+                                               shared_mem, stream_ptr, ctypes.pointer(PROGRAMMATIC), 1))
     buffer, params = kernel_params(args)  # buffer: alive until this function returns
     check(libcuda().cuLaunchKernelEx(ctypes.byref(config), function_ptr, params, None), "cuLaunchKernelEx")

@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import loader
+from ..caches import BoundedCache
 from ..checks import check_choice
 from ..layout import (
     BUCKETING_THREADS,
@@ -96,8 +97,9 @@ class _Workspace:
 
 
 #: The workspaces built so far, by (device, stream, BT, V, channel groups, route, dtype, launch kind, bucket rows):
-#: each route's buffers, reused by every table of that size on that stream (``build_in_workspace``).
-workspaces: dict = {}
+#: each route's buffers, reused by every table of that size on that stream (``build_in_workspace``); bounded
+#: (``caches``: the least recently used dropped, those a captured graph uses kept).
+workspaces = BoundedCache("bucket table workspaces", 8)
 
 
 def release_workspaces() -> None:
@@ -271,10 +273,8 @@ def build_in_workspace(inp, C: int, dtype, V: int, stop_after: int = 0, route: s
     rows = bool(bucket_rows) or route != "scatter"
     key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, BT, V, groups, route, dtype_name(dtype),
            loader.PROGRAMMATIC_LAUNCH, rows)
-    ws = workspaces.get(key)
-    if ws is None:
-        grid = _grid_size(BT, V) if route == "cooperative" else 1
-        ws = workspaces[key] = _Workspace(cupy, BT, V, groups, grid, route, rows)
+    ws = workspaces.get(key, lambda: _Workspace(cupy, BT, V, groups, _grid_size(BT, V) if route == "cooperative" else 1,
+                                                route, rows), cupy.cuda.get_current_stream().is_capturing())
     if route == "scatter" and stop_after == 0 and not clear_counts:
         _launch_scatter_graph(cupy, inp, BT, V, groups, dtype, ws)
     elif route == "scatter":
