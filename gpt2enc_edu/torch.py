@@ -52,6 +52,7 @@ says what the adapter promises and what bounds it; in short:
 
 from __future__ import annotations
 
+import itertools
 import weakref
 
 import numpy as np
@@ -84,37 +85,41 @@ def draw_seed(generator: torch.Generator | None = None) -> int:
 
 # ------------------------------------------------------------------------------------------------ generators
 # The operators take a generator as an int key (an operator's schema has no Generator), resolved when the backward
-# runs. Key 0 is torch's default generator; the others live as long as their generator.
-_generators: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-_keys: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_next_key = [1]
+# runs. Key 0 is torch's default generator. Any other key names a _Held box: torch.Generator takes weak references
+# only from torch 2.12 on, so the table refers weakly to a box around the generator, and whoever needs the generator
+# later holds the box (a GPT2Embedding for its life, the autograd graph of an encoder() call until its backward).
+class _Held:
+    __slots__ = ("generator", "key", "__weakref__")
 
 
-def _generator_key(generator) -> int:
-    """The key of ``generator`` (None: torch's default one); TypeError for anything but a CPU ``torch.Generator``."""
+_held: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_next_key = itertools.count(1)
+
+
+def _hold(generator) -> _Held | None:
+    """A box for ``generator`` under a fresh key (None for torch's default one); TypeError for anything but a CPU
+    ``torch.Generator``."""
     if generator is None:
-        return 0
+        return None
     if not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator or None, not {type(generator).__name__}")
     if generator.device.type != "cpu":
         raise ValueError(f"generator must be a CPU torch.Generator (the seed is a launch argument), not one on "
                          f"{generator.device}")
-    key = _keys.get(generator)
-    if key is None:
-        key = _keys[generator] = _next_key[0]
-        _generators[key] = generator
-        _next_key[0] += 1
-    return key
+    held = _Held()
+    held.generator, held.key = generator, next(_next_key)
+    _held[held.key] = held
+    return held
 
 
 def _generator(key: int) -> torch.Generator:
     if key == 0:
         return torch.default_generator
-    generator = _generators.get(key)
-    if generator is None:
+    held = _held.get(key)
+    if held is None:
         raise RuntimeError(f"the generator of key {key} no longer exists; keep the generator alive while its "
                            "module or graph is used")
-    return generator
+    return held.generator
 
 
 # ------------------------------------------------------------------------------------------------ the operators
@@ -192,7 +197,7 @@ def _setup_context(ctx, inputs, output, ids=None):
     ids_in, wte, wpe, _, method, bucketing, generator = inputs
     ctx.save_for_backward(ids_in if ids is None else ids)
     ctx.rows, ctx.dtype, ctx.options = (wte.shape[0], wpe.shape[0]), wte.dtype, (method, bucketing, generator)
-    ctx.generator = _generators.get(generator)
+    ctx.generator = _held.get(generator)  # the box, alive until the backward
 
 
 def _gradients(ctx, dout, backward):
@@ -278,7 +283,8 @@ def encoder(inp: torch.Tensor, wte: torch.Tensor, wpe: torch.Tensor, *, method: 
         raise RuntimeError("encoder(generator=...) cannot be traced by torch.compile (the generator is looked up in a "
                            "weak table); give the generator to GPT2Embedding, which takes it at construction, or "
                            "leave it None for torch's default generator")
-    return _encoder(inp, wte, wpe, method, bucketing, _generator_key(generator), check_ids)
+    held = _hold(generator)  # alive through the call: the forward's context takes it
+    return _encoder(inp, wte, wpe, method, bucketing, 0 if held is None else held.key, check_ids)
 
 
 class GPT2Embedding(nn.Module):
@@ -311,7 +317,8 @@ class GPT2Embedding(nn.Module):
 
     @generator.setter
     def generator(self, generator) -> None:
-        self._generator_key = _generator_key(generator)
+        self._held = _hold(generator)
+        self._generator_key = 0 if self._held is None else self._held.key
         self._generator = generator
 
     def reset_parameters(self) -> None:
