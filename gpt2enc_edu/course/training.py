@@ -214,8 +214,10 @@ def deterministic_algorithms(flag: bool):
 
 
 def train(cfg: Config, *, encoder: str = "ours", method: str = DEFAULT_METHOD, deterministic: bool = True,
-          seed: int = 1337, device="cpu") -> Run:
-    """Train a fresh ``TinyGPT`` for ``cfg.steps`` AdamW steps; ``deterministic`` sets PyTorch's switch."""
+          seed: int = 1337, device="cpu", compile: bool = False) -> Run:
+    """Train a fresh ``TinyGPT`` for ``cfg.steps`` AdamW steps; ``deterministic`` sets PyTorch's switch;
+    ``compile`` runs the model's forward and backward through ``torch.compile(fullgraph=True)`` (the first steps
+    compile; the step time is the median of the others)."""
     device = torch.device(device)
     data, vocab_size = token_data(cfg)
     with deterministic_algorithms(deterministic):
@@ -223,12 +225,13 @@ def train(cfg: Config, *, encoder: str = "ours", method: str = DEFAULT_METHOD, d
         model = TinyGPT(cfg, vocab_size, encoder=encoder, method=method, device=device,
                         generator=torch.Generator().manual_seed(seed + 1))
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+        step_loss = torch.compile(model, fullgraph=True) if compile else model
         losses, times = [], []
         for step in range(cfg.steps):
             ids, targets = batch(data, cfg, step, device)
             _sync(device)
             start = time.perf_counter()
-            loss = model(ids, targets)
+            loss = step_loss(ids, targets)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -237,7 +240,8 @@ def train(cfg: Config, *, encoder: str = "ours", method: str = DEFAULT_METHOD, d
             losses.append(loss.detach())
     losses = torch.stack(losses).float().cpu()
     weights = tuple(w.detach().cpu().clone() for w in model.parameters())
-    return Run(losses, digest(losses), digest(*weights), 1e3 * float(np.median(times[1:] or times)), weights)
+    warm = 2 if compile else 1  # the steps that compile (the forward's graph, then the backward's) are not timed
+    return Run(losses, digest(losses), digest(*weights), 1e3 * float(np.median(times[warm:] or times)), weights)
 
 
 #: The encoders ``time_encoders`` times: (label, encoder, method, check_ids, deterministic algorithms): ours with
