@@ -45,3 +45,15 @@ def test_weights_of_another_model_are_refused():
     a, b = _run([1.0], (torch.randn(3),)), _run([1.0], (torch.randn(3), torch.randn(2)))
     with pytest.raises(ValueError, match="same model"):
         a.weights_differ(b)
+
+
+def test_a_compiled_step_is_reproducible_and_close_to_the_eager_one():
+    """``train(compile=True)``: the whole step through ``torch.compile(fullgraph=True)`` (a graph break would raise),
+    two compiled runs with the same bits, their losses within rounding of the eager run's."""
+    from dataclasses import replace
+
+    cfg = replace(training.CPU_CONFIG, block_size=16, n_embd=32, n_head=2, n_layer=1, steps=4)
+    compiled = [training.train(cfg, encoder="ours", compile=True) for _ in range(2)]
+    eager = training.train(cfg, encoder="ours")
+    assert compiled[0].parts_from(compiled[1]) is None and compiled[0].weights_hash == compiled[1].weights_hash
+    torch.testing.assert_close(compiled[0].losses, eager.losses, rtol=1e-4, atol=1e-4)
