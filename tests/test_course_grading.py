@@ -282,3 +282,46 @@ def test_one_thread_doing_the_whole_job_is_not_a_kernel(capsys):
 def test_a_kernel_cannot_hide_a_fault_with_except(capsys):
     verdict = buildit.check("forward", hides_its_faults)
     assert not verdict and "outside the array" in capsys.readouterr().out
+
+
+def _forward_reply(cases, wpe_of_run):
+    """The arrays a process running a forward kernel would send back: each run's ``out`` computed from the wpe that
+    ``wpe_of_run(case index, run)`` gives (what that run's kernel read), and the inputs as the last run left them."""
+    out = {}
+    for i, case in enumerate(cases):
+        a = case.arrays
+        for r in range(case.runs):
+            out[f"{i}/{r}/out"] = gpt2enc_edu.encoder_forward(a["inp"], a["wte"], wpe_of_run(i, r))
+        out.update({f"{i}/in/{name}": a[name] for name in ("inp", "wte")})
+        out[f"{i}/in/wpe"] = wpe_of_run(i, case.runs - 1)
+    return out
+
+
+def test_the_judge_fails_a_kernel_whose_inputs_came_back_changed(rng):
+    """A failing step of the judge ends the judging (a failing Verdict is falsy: no `or` may skip past it)."""
+    from gpt2enc_edu.course import judging
+
+    exercise = buildit.BuildIt("forward")
+    cases = exercise.cases(rng, gpu=True)
+
+    def zeroed(i, r):
+        wpe = cases[i].arrays["wpe"].copy()
+        wpe.reshape(-1)[0] = 0
+        return wpe
+
+    verdict = judging.from_reply(exercise, {"status": "ran"}, cases, _forward_reply(cases, zeroed), "", None)
+    assert not verdict and "changed its input wpe (1 of" in verdict.message and verdict.case == cases[0].label
+
+    def second_run_differs(i, r):
+        wpe = cases[i].arrays["wpe"].copy()
+        if r == 1:
+            wpe.reshape(-1)[0] = 0
+        return wpe
+
+    reply = _forward_reply(cases, second_run_differs)
+    reply.update({f"{i}/in/wpe": case.arrays["wpe"] for i, case in enumerate(cases)})  # inputs unchanged
+    verdict = judging.from_reply(exercise, {"status": "ran"}, cases, reply, "", None)
+    assert not verdict and verdict.message.startswith("two runs of your kernel on the same problem gave different bits")
+    right = judging.from_reply(exercise, {"status": "ran"}, cases,
+                               _forward_reply(cases, lambda i, r: cases[i].arrays["wpe"]), "", None)
+    assert right and right.message == "correct"

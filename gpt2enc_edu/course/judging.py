@@ -60,7 +60,9 @@ def _share(exercise, i: int, case: Case, busiest: dict) -> Verdict | None:
 
 def _judge(exercise, cases: list[Case], out: dict, busiest: dict) -> Verdict | None:
     for i, case in enumerate(cases):
-        verdict = _inputs_and_runs(exercise, i, case, out) or _share(exercise, i, case, busiest)
+        verdict = _inputs_and_runs(exercise, i, case, out)
+        if verdict is None:  # not `or`: a failing Verdict is falsy
+            verdict = _share(exercise, i, case, busiest)
         for r in range(case.runs if verdict is None else 0):
             verdict = exercise.compare(case, {o: out[f"{i}/{r}/{o}"] for o in SPECS[exercise.name].outputs})
             if verdict is not None:
