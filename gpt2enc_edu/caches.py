@@ -6,13 +6,18 @@ launch configurations (``driver``). Making them afresh each call costs allocatio
 forever holds memory for streams and shapes that are gone (in torch's pool, when called from the PyTorch adapter).
 So each cache keeps the entries used most recently, up to its size, and drops the least recently used one.
 
-Two rules make dropping safe:
+Three rules make this safe under CUDA graphs and beside torch:
 
-* An entry is dropped only from the host's view: CuPy's pool and torch's caching allocator are stream-aware, so
-  memory freed while the stream that used it still has work queued is reused only by later work on that stream.
-* An entry used while its stream was being captured into a CUDA graph is never dropped: the graph holds its
-  addresses and writes them at every replay, and nothing tells the package when the graph is gone. Such entries
-  count apart (``pinned``); there is one per shape and stream captured.
+* An entry's memory comes from CuPy's own pool, whatever allocator the call runs under (the PyTorch adapter's calls
+  run with torch's): it outlives the call, and a pool that CUDA-graph trees (``torch.compile(mode=
+  "reduce-overhead")``) own may hold only a graph's outputs and its temporaries, not memory kept between calls.
+* A call on a stream being captured into a CUDA graph uses the entry made before the capture (its stream's warm-up
+  call made it) and pins it: the graph holds its addresses and writes them at every replay, and nothing tells the
+  package when the graph is gone, so a pinned entry is never dropped (``pinned`` counts them: one per shape and stream
+  captured). Where no entry was made before, the call makes a temporary one under the capture's allocator (the
+  graph's pool, from torch) and keeps nothing.
+* Dropping an entry only drops the host's reference: CuPy's pool is stream-aware, so memory freed while the stream
+  that used it still has work queued is reused only by later work on that stream.
 
 ``held()`` tells what every cache holds; ``clear()`` forgets it all (the memory goes back to the pool it came from),
 for instance before a process moves on to other work on the same GPU.
@@ -27,8 +32,8 @@ _all: list = []
 
 
 class BoundedCache:
-    """Up to ``size`` entries by key, least recently used dropped first; ``get(key, make, capturing)`` returns the
-    entry, made by ``make()`` when absent, and pins it when ``capturing`` (see the module's docstring)."""
+    """Up to ``size`` entries by key, least recently used dropped first, entries a captured graph uses pinned (see
+    the module's docstring)."""
 
     def __init__(self, name: str, size: int):
         if size < 1:
@@ -39,7 +44,24 @@ class BoundedCache:
         self._lock = threading.Lock()
         _all.append(self)
 
-    def get(self, key, make, capturing: bool = False):
+    def get(self, key, make, stream=None):
+        """The entry of ``key``, made by ``make()`` when absent. ``stream``: the CuPy stream an entry holding GPU
+        memory serves (None for entries without memory): its memory then follows the module's rules."""
+        if stream is None:
+            return self._get(key, make, capturing=False)
+        capturing = stream.is_capturing()
+        with self._lock:
+            known = key in self._pinned or key in self._entries
+        if known:
+            return self._get(key, make, capturing)
+        if capturing:  # nothing made before the capture: a temporary from the capture's own allocator
+            return make()
+        import cupy
+
+        with cupy.cuda.using_allocator(cupy.get_default_memory_pool().malloc):
+            return self._get(key, make, capturing=False)
+
+    def _get(self, key, make, capturing: bool):
         with self._lock:
             value = self._pinned.get(key)
             if value is not None:

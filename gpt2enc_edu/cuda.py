@@ -128,7 +128,7 @@ def _chunk_partials(BT: int, C_padded: int):
     stream = cupy.cuda.get_current_stream()
     return _partials_cache.get((cupy.cuda.Device().id, stream.ptr, BT, C_padded),
                                lambda: cupy.empty(max_multi_chunk_units(BT) * C_padded, dtype=np.float32),
-                               stream.is_capturing())
+                               stream=stream)
 
 
 #: The chunk kernel's two forms (kernels/encoder_backward_wte_chunked.cu): the same grid, arguments and bits. The
@@ -270,7 +270,7 @@ def _fp32_scratch_for(dwte, dwpe, T: int):
     stream = cupy.cuda.get_current_stream()
     scratch = _fp32_scratch.get((cupy.cuda.Device().id, stream.ptr, dwte.shape, T, dwpe.shape[1]),
                                 lambda: [cupy.empty(dwte.shape, np.float32), cupy.empty((T, dwpe.shape[1]), np.float32),
-                                         cupy.zeros(dwte.shape[0], np.int32), 0], stream.is_capturing())
+                                         cupy.zeros(dwte.shape[0], np.int32), 0], stream=stream)
     scratch[3] = scratch[3] % (2**31 - 1) + 1  # a stamp no earlier call on these buffers used (1, 2, ...)
     return scratch
 

@@ -274,7 +274,7 @@ def build_in_workspace(inp, C: int, dtype, V: int, stop_after: int = 0, route: s
     key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, BT, V, groups, route, dtype_name(dtype),
            loader.PROGRAMMATIC_LAUNCH, rows)
     ws = workspaces.get(key, lambda: _Workspace(cupy, BT, V, groups, _grid_size(BT, V) if route == "cooperative" else 1,
-                                                route, rows), cupy.cuda.get_current_stream().is_capturing())
+                                                route, rows), stream=cupy.cuda.get_current_stream())
     if route == "scatter" and stop_after == 0 and not clear_counts:
         _launch_scatter_graph(cupy, inp, BT, V, groups, dtype, ws)
     elif route == "scatter":
