@@ -1057,6 +1057,8 @@ def test_float_weights_get_a_conversion_that_works(xp, rng, name, other):
     """Weights of another float type are refused with a conversion hint, and the hinted conversion is accepted."""
     import ml_dtypes
 
+    if other.startswith("float8") and xp is not np:
+        pytest.skip("CuPy makes no float8 arrays: there is nothing to refuse")
     p = problem(rng, FP32)
     arrays = _forward_arrays(xp, p)
     arrays[name] = arrays[name].astype(getattr(ml_dtypes, other, None) or np.dtype(other))
