@@ -16,12 +16,13 @@ says what the adapter promises and what bounds it; in short:
   forward with ``register_autograd``, so ``torch.compile(fullgraph=True)`` takes them (CPU and CUDA, bf16 and fp32,
   the same bits as eager), ``torch.library.opcheck`` passes, and CUDA graphs capture them (``torch.cuda.graph``,
   ``torch.compile(mode="reduce-overhead")``): inside a call there is no host sync, no allocation outside torch's
-  caching allocator, and no decision that depends on the GPU's data. Eager calls do the same work through one
-  ``autograd.Function`` (``_Eager``), without the operators' Python dispatch, which costs more host time than a
-  small call.
+  caching allocator (the graph's pool while capturing), and no decision that depends on the GPU's data. Eager calls do
+  the same work through one ``autograd.Function`` (``_Eager``), without the operators' Python dispatch, which costs
+  more host time than a small call.
 * **Backends.** CUDA tensors run the kernels (through CuPy) on torch's current stream, with no copies: tensors are
-  viewed as CuPy arrays over their memory. CuPy's own allocations inside a call (the bucket table's workspace, the
-  chunk partials) come from torch's caching allocator, so a captured graph keeps them in its pool. CPU tensors run
+  viewed as CuPy arrays over their memory. What a call allocates for itself comes from torch's caching allocator;
+  the scratch kept from call to call (the bucket table's workspace, the chunk partials) is made before any capture
+  in CuPy's own pool, bounded (``gpt2enc_edu.caches``; docs/torch.md says why). CPU tensors run
   the NumPy mirror on zero-copy NumPy views (bf16 as ``int16``, reinterpreted as ``ml_dtypes.bfloat16``). Both give
   the same bits, as the package's functions do.
 * **Token ids** may be ``int32`` or ``int64`` (PyTorch's default), of any layout. ``check_ids=True`` (the default)

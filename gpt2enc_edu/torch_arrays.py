@@ -98,7 +98,8 @@ def _torch_malloc(nbytes: int):
 @contextlib.contextmanager
 def on_torch_stream(device: torch.device):
     """For a CUDA ``device``: make it CuPy's current device, torch's current stream CuPy's current stream, and
-    torch's caching allocator CuPy's allocator (so whatever a call allocates lives in torch's pool)."""
+    torch's caching allocator CuPy's allocator (so whatever a call allocates for itself lives in torch's pool; the
+    package's kept scratch is made in CuPy's own pool, ``gpt2enc_edu.caches``)."""
     if device.type != "cuda":
         yield
         return
