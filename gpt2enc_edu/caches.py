@@ -3,7 +3,8 @@
 A call on the GPU reuses, per (device, stream, shape), the bucket table's workspace (``buckets.gpu``), the chunk
 kernel's partial sums and the atomic method's fp32 rows (``cuda``), a side stream with its events (``cuda``) and
 launch configurations (``driver``). Making them afresh each call costs allocations and host time; keeping every one
-forever holds memory for streams and shapes that are gone. So each cache keeps the entries used most recently, up to its size, and drops the least recently used one.
+forever holds memory for streams and shapes that are gone. So each cache keeps the entries used most recently, up to
+its size, and drops the least recently used one.
 
 Three rules make this safe under CUDA graphs and beside torch:
 
