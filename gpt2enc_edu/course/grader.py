@@ -29,7 +29,6 @@ import sys
 import time
 from pathlib import Path
 
-#: Seconds the process running the learner's kernel may take (an endless loop in a kernel, say).
 _CHILD = Path(__file__).resolve().parent / "grade_child.py"
 _VERDICT_ARRAYS = ("expected", "actual", "wrong", "block", "thread")
 _VERDICT_FIELDS = ("exercise", "passed", "message", "case", "tensor", "row_names", "timings", "status", "detail",
