@@ -2,7 +2,8 @@
 
 A call on the GPU reuses, per (device, stream, shape), the bucket table's workspace (``buckets.gpu``), the chunk
 kernel's partial sums and the atomic method's fp32 rows (``cuda``), a side stream with its events (``cuda``) and
-launch configurations (``driver``). Making them afresh each call costs allocations and host time; keeping every one
+launch configurations (``driver``), and the PyTorch adapter keeps the call signatures it has validated
+(``gpt2enc_edu.torch``). Making them afresh each call costs allocations and host time; keeping every one
 forever holds memory for streams and shapes that are gone. So each cache keeps the entries used most recently, up to
 its size, and drops the least recently used one.
 

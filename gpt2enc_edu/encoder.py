@@ -247,3 +247,25 @@ def _backward(dims, dwte, dwpe, dout, inp, seed: int, method, bucketing: str, ta
     if table is None:
         table = build_bucket_table(backend.to_numpy(inp), C, dims.dtype)
     getattr(run, method.launcher)(dwte, table, dout, C, seed)
+
+
+# ------------------------------------------------------------------------------------ calls validated ahead
+# The PyTorch adapter's eager calls on the GPU come here: the public calls' validation, memory hold and overlap checks
+# cost more host time than the kernels of a small call take on the GPU, and the adapter's calls need none of them
+# each time. It validates a call's signature once (``validate.forward_args`` / ``backward_args`` on the first call of
+# those shapes, dtypes, options and device), and every call of that signature passes arrays of the layout validated:
+# outputs fresh (no other call can see them, so none can overlap or hold them), inputs contiguous and aligned (or
+# copied so). What stays per call: the stream's hold, where the call reuses the stream's scratch.
+def forward_validated(dims, out, inp, wte, wpe) -> None:
+    """``encoder_forward`` on CuPy arrays of a signature ``validate.forward_args`` accepted (``dims``), into a fresh
+    ``out``, with ids checked already: the kernel alone."""
+    backend.record("cuda")
+    cuda.encoder_forward(out, inp, wte, wpe, dims.B, dims.T, dims.C)
+
+
+def backward_validated(dims, dwte, dwpe, dout, inp, seed: int, method: str, bucketing: str) -> None:
+    """``encoder_backward`` on CuPy arrays of a signature ``validate.backward_args`` accepted (``dims``), into fresh
+    ``dwte`` and ``dwpe``, for ids checked already and a seed checked by the caller (``validate.check_seed``). The
+    stream is held: the call reuses its scratch (the bucket table, the chunk partials) between launches."""
+    with _hold("cuda", writes=(), reads=()):
+        _backward(dims, dwte, dwpe, dout, inp, seed, METHODS[method], bucketing)

@@ -62,13 +62,14 @@ from torch import nn
 from torch._prims_common import alert_not_deterministic
 from torch.autograd.function import once_differentiable
 
-from .encoder import encoder_backward, encoder_forward
+from . import validate
+from .caches import BoundedCache
+from .encoder import backward_validated, encoder_backward, encoder_forward, forward_validated
 from .methods import BUCKETINGS, DEFAULT_METHOD, METHODS
 from .rounding import bfloat16
 from .token_ids import token_ids
 from .torch_arrays import as_array, from_array, on_torch_stream
 from .torch_arrays import view as _view
-from .validate import check_flag
 
 __all__ = ["GPT2Embedding", "as_array", "draw_seed", "encoder", "from_array", "on_torch_stream"]
 
@@ -141,12 +142,24 @@ def _ids32(ids: torch.Tensor, V: int, check: bool, view) -> torch.Tensor:
     return out
 
 
+#: The signatures (shapes, dtypes, options, device) of the eager CUDA calls validated so far, with their sizes
+#: (``encoder.forward_validated``: why a call of a known signature is not validated again).
+_signatures = BoundedCache("adapter signatures", 64)
+
+
 def _forward(ids: torch.Tensor, wte: torch.Tensor, wpe: torch.Tensor, check_ids: bool):
     """The forward's work, for both ways of calling it: (out, the int32 ids the kernels read)."""
     with on_torch_stream(wte.device):
         ids32 = _ids32(ids, int(wte.shape[0]), check_ids, _view)
         out = torch.empty((*ids.shape, wte.shape[1]), dtype=wte.dtype, device=wte.device)
-        encoder_forward(_view(ids32), _view(_aligned(wte)), _view(_aligned(wpe)), out=_view(out), check_ids=False)
+        arrays = _view(out), _view(ids32), _view(_aligned(wte)), _view(_aligned(wpe))
+        if not out.is_cuda:
+            encoder_forward(*arrays[1:], out=arrays[0], check_ids=False)
+            return out, ids32
+        # out is fresh, ids32 and the weights contiguous and aligned: the signature decides the rest.
+        key = ("forward", tuple(ids32.shape), tuple(wte.shape), tuple(wpe.shape), wte.dtype, wpe.dtype, wte.device)
+        dims = _signatures.get(key, lambda: validate.forward_args(*arrays[1:], arrays[0], False))
+        forward_validated(dims, *arrays)
     return out, ids32
 
 
@@ -154,15 +167,20 @@ def _backward_work(dout, ids, V: int, maxT: int, method: str, bucketing: str, se
     """The backward's work, for both ways of calling it: (dwte, dwpe), fresh."""
     if method in METHODS and not METHODS[method].deterministic:
         alert_not_deterministic(f"gpt2enc_edu::encoder_backward with method={method!r}")
-    if seed is None:
-        seed = draw_seed(_generator(generator))
+    seed = draw_seed(_generator(generator)) if seed is None else validate.check_seed(seed)
     C = dout.shape[-1]
     dwte = torch.zeros((V, C), dtype=dout.dtype, device=dout.device)
     dwpe = torch.zeros((maxT, C), dtype=dout.dtype, device=dout.device)
     with on_torch_stream(dout.device):
         ids32 = _ids32(ids, V, False, _view)  # checked by the forward
-        encoder_backward(_view(dwte), _view(dwpe), _view(_aligned(dout)), _view(ids32), seed=seed, method=method,
-                         bucketing=bucketing, check_ids=False)
+        arrays = _view(dwte), _view(dwpe), _view(_aligned(dout)), _view(ids32)
+        if not dout.is_cuda:
+            encoder_backward(*arrays, seed=seed, method=method, bucketing=bucketing, check_ids=False)
+            return dwte, dwpe
+        # dwte and dwpe are fresh, dout and ids32 contiguous and aligned: the signature decides the rest.
+        key = ("backward", tuple(dout.shape), tuple(ids32.shape), V, maxT, dout.dtype, method, bucketing, dout.device)
+        dims = _signatures.get(key, lambda: validate.backward_args(*arrays, seed, method, False, bucketing)[0])
+        backward_validated(dims, *arrays, seed, method, bucketing)
     return dwte, dwpe
 
 
@@ -260,7 +278,7 @@ def _check_options(method, bucketing, check_ids) -> bool:
         raise ValueError(f"method must be one of {tuple(METHODS)}, not {method!r}")
     if bucketing not in BUCKETINGS:
         raise ValueError(f"bucketing must be one of {BUCKETINGS}, not {bucketing!r}")
-    return check_flag("check_ids", check_ids)
+    return validate.check_flag("check_ids", check_ids)
 
 
 def _encoder(inp, wte, wpe, method: str, bucketing: str, generator: int, check_ids) -> torch.Tensor:

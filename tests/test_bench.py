@@ -305,18 +305,28 @@ def test_markdown_lists_failures():
 
 # ------------------------------------------------------------------------------------------ README table
 def test_readme_block():
-    results = fake_results()
+    results = fake_results(kinds=("uniform", "zipf", "real"))
     text = tables.readme_block(results.rows, results.meta, results_link="x/results.md")
     assert "| B=64 | uniform ids | Zipf ids |" in text and "4273 GB/s" in text
     assert "[x/results.md](x/results.md)" in text
-    table = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| B=")]
+    table = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith(("| B=", "| step"))]
     assert [line.split(" | ")[0][2:] for line in table] == [*tables.README_ROWS.values(), (
-        "speed-up of the default backward over PyTorch's deterministic one")]  # small: the report has the rest
+        "speed-up of the default backward over PyTorch's deterministic one"), *tables.README_STEP_ROWS.values()]
     assert set(tables.README_ROWS) <= set(cases.CASE_NAMES)
     assert "| speed-up of the default backward over PyTorch's deterministic one | 5.0x |" in text  # 800 / 160
+    assert "| step | B=1 | B=64 |" in text  # the step table: the sizes of README_STEP_SIZES the run measured
+    step = _row(results.rows, "adapter_step", tables.README_STEP_KIND, 64)
+    label = tables.README_STEP_ROWS["adapter_step"]
+    assert f"| {label} | " in text and tables.format_time_us(step["median_us"]) in text
     assert "| B=1 |" in tables.readme_block(results.rows, results.meta, B=1)
     with pytest.raises(ValueError, match="B=8 was not measured"):
         tables.readme_block(results.rows, results.meta, B=8)
+
+
+def test_readme_block_without_step_rows_has_no_step_table():
+    results = fake_results()
+    rows = [r for r in results.rows if r["case"] not in tables.README_STEP_ROWS]
+    assert "| step |" not in tables.readme_block(rows, results.meta)
 
 
 def test_replace_between_markers():

@@ -186,6 +186,26 @@ def test_refusals(tt):
         tt.GPT2Embedding(10, 4, 8, dtype=torch.float16)
 
 
+@pytest.mark.gpu
+def test_a_refused_signature_is_refused_at_every_call_on_the_gpu(tt):
+    """Eager CUDA calls validate a signature once and keep only the ones that passed (``adapter signatures``)."""
+    import torch
+
+    from gpt2enc_edu import caches
+
+    caches.clear()
+    ids, wte, wpe = (torch.zeros(1, 5, dtype=torch.int32, device="cuda"), torch.zeros(10, 8, device="cuda"),
+                     torch.zeros(4, 8, device="cuda", requires_grad=True))
+    for _ in range(2):
+        with pytest.raises(ValueError, match="only 4 rows"):
+            tt.encoder(ids, wte, wpe)
+    assert caches.held()["adapter signatures"][0] == 0
+    out = tt.encoder(ids[:, :4], wte, wpe)
+    out.sum().backward()
+    assert caches.held()["adapter signatures"][0] == 2  # the forward's and the backward's
+    assert torch.equal(wpe.grad, torch.ones(4, 8, device="cuda"))
+
+
 def test_options_are_checked_at_the_call(tt):
     import torch
 

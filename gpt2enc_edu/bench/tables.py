@@ -22,6 +22,14 @@ README_ROWS = {"forward": "forward",
                "chunked_gpu": "backward, deterministic (`method=\"chunked\"`, the default)",
                "chunked_ahead": "the same, bucket table built ahead (`buckets=`)",
                "torch_backward_det": "PyTorch, deterministic (embedding backward + dwpe sum)"}
+#: The README's training-step rows (the bench's ``step`` family), in order, each with its wording there: one id kind
+#: (``README_STEP_KIND``) at the batch sizes of ``README_STEP_SIZES`` the run measured.
+README_STEP_ROWS = {"adapter_step": "`GPT2Embedding`, eager",
+                    "adapter_step_graph": "`GPT2Embedding`, a CUDA-graph replay of the step",
+                    "torch_step": "`nn.Embedding` + wpe",
+                    "torch_step_det": "`nn.Embedding` + wpe, deterministic algorithms"}
+README_STEP_KIND = "real"
+README_STEP_SIZES = (1, 8, 64)
 
 
 def format_time_us(us: float) -> str:
@@ -194,7 +202,21 @@ def readme_block(rows, meta: dict | None = None, *, B: int | None = None, result
     if any(r != "-" for r in ratios):
         lines.append("| speed-up of the default backward over PyTorch's deterministic one | " + " | ".join(ratios)
                      + " |")
-    return "\n".join(lines)
+    return "\n".join(lines + _step_lines(by_key, sizes))
+
+
+def _step_lines(by_key: dict, sizes: list[int]) -> list[str]:
+    """The README's second table: a training step through PyTorch (``README_STEP_ROWS``), where the run timed one."""
+    sizes = [b for b in README_STEP_SIZES if b in sizes]
+    rows = {label: [by_key.get((name, README_STEP_KIND, b)) for b in sizes] for name, label in README_STEP_ROWS.items()}
+    if not any(r is not None for cells in rows.values() for r in cells):
+        return []
+    lines = ["", f"A training step through PyTorch, forward + backward into fresh gradients, {README_STEP_KIND} ids: "
+             "host time around synchronised calls (what a training loop waits), medians:", "",
+             "| step | " + " | ".join(f"B={b}" for b in sizes) + " |", "|---|" + "---|" * len(sizes)]
+    for label, cells in rows.items():
+        lines.append(f"| {label} | " + " | ".join(_cell(r) for r in cells) + " |")
+    return lines
 
 
 def replace_between_markers(text: str, block: str, *, start: str = README_START, end: str = README_END) -> str:
