@@ -18,13 +18,15 @@
 #
 # **Goal.** Put numbers on the kernels of notebooks 01-04: the forward, the atomic backward (fast,
 # nondeterministic) and the deterministic backward (llm.c's bucketed kernel with the bucket table built on
-# the CPU, as in llm.c, or on the GPU; and the chunked kernel), next to PyTorch's embedding, at GPT-2
+# the CPU, as in llm.c, or on the GPU; and the chunked kernel of notebook 06, which cuts a frequent token's
+# positions into chunks of 32 and sums each on its own; its *units* are those chunks' work items), next to
+# PyTorch's embedding, at GPT-2
 # (124M) sizes: T=1024, C=768, V=50257, bf16, batch sizes 1 to 64, for uniform, Zipf and real token ids.
 # And say how good a time is by comparing it with a *floor*: the time a plain device-to-device copy would
 # need to move the bytes the operation cannot avoid moving.
 #
-# The measurements come from `python -m gpt2enc_edu.bench`. The full sweep (every B from 1 to 64, three kinds
-# of ids) committed in `docs/bench/` is drawn on every machine, and says so; on a GPU this notebook also runs
+# The measurements come from `python -m gpt2enc_edu.bench`. The full sweep (B = 1, 4, 8, 16, 32 and 64, three
+# kinds of ids) committed in `docs/bench/` is drawn on every machine, and says so; on a GPU this notebook also runs
 # a small subset live (well under a minute) and shows it beside the committed run.
 #
 # **Prerequisites:** notebooks 01-03 (what the forward, the atomic and the bucketed backward do); the idea of
@@ -33,7 +35,7 @@
 # **After this notebook you can:**
 # 1. compute the minimal bytes and the floor of the forward and the backward for a batch (Exercise 5 checks it);
 # 2. read from the plots which costs set the time at B=1 (fixed costs) and at B=64 (bytes moved);
-# 3. say why the forward stops near 70 % of its floor, and which part of that answer is measured and which inferred;
+# 3. say why the forward stops well short of its floor, and which part of that answer is measured and which inferred;
 # 4. say why the floor PyTorch is held to understates its traffic, and where it does not.
 #
 # **Time:** about 20 minutes for the core sections, 5 more for the one marked *(optional)* (`docs/teaching.md`).
@@ -69,7 +71,8 @@ print(enc.gpu_status())
 # it many times. Before every repeat the timer writes a buffer twice the size of the GPU's L2 cache, so
 # the inputs come from HBM (the GPU's main memory) as they would in training, and queues a short spin kernel so
 # that the CUDA events (timestamps the GPU itself records between two kernels) time the GPU's work rather than
-# Python's launch overhead. We report the median and the 10th and 90th percentiles.
+# Python's launch overhead. The plots draw the median; the 10th and 90th percentiles are beside it in
+# `docs/bench/results.md` and `results.csv`.
 #
 # **Minimal bytes.** An ideal kernel reads each input byte once and writes each output byte once:
 #
@@ -81,7 +84,8 @@ print(enc.gpu_status())
 # once per benchmark run, by the benchmark itself (`bench.measure_copy_rate`), and stored with the results
 # (`docs/bench/meta.json`). Every floor of a run uses that one rate. *Percent of floor* = floor / median
 # time: 100 % would be a kernel as fast as a copy. The cell below does the arithmetic for B=64 with the
-# committed run's rate. Zipf and real text repeat ids, so they touch fewer rows and their floor is lower.
+# committed run's rate, on ids it draws itself (seed 0): the committed run drew its own, so its distinct-id counts
+# differ a little from these (under 1 % at B=64). Zipf and real text repeat ids, so they touch fewer rows and their floor is lower.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -148,7 +152,7 @@ done = exercises.check_backward_bytes(backward_bytes)
 # %% [markdown]
 # ## 3. The measurements (core)
 #
-# First the committed full sweep (`docs/bench/`, every B from 1 to 64 and three kinds of ids; set
+# First the committed full sweep (`docs/bench/`, B = 1, 4, 8, 16, 32 and 64 and three kinds of ids; set
 # `GPT2ENC_BENCH_DIR` to read another folder): its device, date and copy rate. Its numbers as tables are in
 # `docs/bench/results.md`; here they are drawn. On a GPU a quick subset is measured now as well (B in {1, 64},
 # uniform and Zipf ids, few repeats) and drawn beside it.
@@ -192,9 +196,11 @@ if live_rows:
     plt.show()
 
 # %% [markdown]
-# *Figure: time per call against B (log-log), panels by question and rows by kind of ids, floors dashed.*
+# *Figure: time per call against B (log-log), panels by question and rows by kind of ids, floors dashed.
+# PyTorch's lines are held to our floor, which undercounts the bytes PyTorch must move (section 5).*
 #
-# The floor falls in proportion to B; the measured lines do not follow it down. At B=1 the minimal bytes are
+# Toward small B the floor falls almost in proportion to B (less at the smallest B, where the T wpe rows and one
+# sequence's distinct rows are a fixed share); the measured lines do not follow it down. At B=1 the minimal bytes are
 # the few megabytes of section 1, a microsecond or two of copying, but a call still pays its launches, its
 # sort of the ids (the bucket table's chain of short steps, or at B=1 the sort every block of the chunked
 # method's one kernel does; notebook 06), and for the CPU route the host round trip: those **fixed costs** set
@@ -216,7 +222,7 @@ if rows:
 # %% [markdown]
 # *Figure: percent of the floor against B, one panel per kind of ids, one line per case.*
 #
-# ## 4. Why the forward stops near 70 % of its floor (core)
+# ## 4. Why the forward stops short of its floor (core)
 #
 # The forward is the best of the kernels by this measure, and it still levels off well below 100 % at large B.
 # First what its minimal bytes are made of, at B=64, from the committed run:
@@ -257,7 +263,7 @@ if rows:
 # are in flight than in a memset or a copy, which stream without waiting; and scattered 1.5 KB rows, some read twice,
 # cost more than a contiguous read of the same size.
 #
-# ## 5. PyTorch against the same floor (core)
+# ## 5. PyTorch against our floor, which undercounts its bytes (core)
 #
 # PyTorch's embedding backward computes a **fresh** dwte: it does not add into an existing gradient, so it
 # need not read old rows, but it must write **all V rows** of its result (zeros where no id points), where our

@@ -19,7 +19,8 @@
 # **Goal:** use the encoder kernels from PyTorch (`gpt2enc_edu.torch`) inside a small GPT-2-shaped model,
 # train it for a few dozen steps on real GPT-2 tokens, and check llm.c's strongest test of determinism:
 # two runs give the **same bits** for every loss and every final weight. Then swap in the atomic backward
-# (the runs part after a few steps) and PyTorch's own `nn.Embedding`, with and without
+# (with bf16 atomics the runs part at once; with fp32 accumulation they may agree for many steps, but nothing
+# guarantees it) and PyTorch's own `nn.Embedding`, with and without
 # `torch.use_deterministic_algorithms(True)`.
 #
 # **Prerequisites:** notebooks 02 and 03 (atomic against deterministic backward) and 04 (stochastic rounding);
@@ -37,6 +38,8 @@
 # 0. Setup · 1. The adapter · 2. The model · 3. Two runs, same bits · 4. Atomics part ·
 # 5. PyTorch's `nn.Embedding` · 6. The runs drawn · 7. (optional) Time: the encoder in a step ·
 # 8. What made the rest deterministic · 9. (optional) Exercise
+#
+# ## 0. Setup
 #
 # Needs PyTorch (the CPU build is enough). Without it, the cells below say so and skip their work.
 
@@ -78,7 +81,7 @@ else:
 #
 # `gpt2enc_edu.torch.encoder(ids, wte, wpe, method=...)` is a differentiable function of tensors, registered with
 # PyTorch as two custom operators (so `torch.compile` traces it); `GPT2Embedding` is the `nn.Module` around it,
-# with parameters `wte` (V, C) and `wpe` (maxT, C). On CUDA tensors it runs the kernels of notebooks 01-04 on
+# with parameters `wte` (V, C) and `wpe` (maxT, C). On CUDA tensors it runs the kernels of notebooks 01-04 and 06 on
 # torch's current stream, with no copies (the tensors are viewed as CuPy arrays); on CPU tensors it runs the NumPy
 # mirror (the same bits). `int64` ids are range-checked and converted to `int32`.
 #
@@ -216,7 +219,8 @@ else:
 # The same model with `nn.Embedding` for tokens and positions (same initial weights: the same draws in the
 # same order, so step 0's loss is the same as above). The switch changes which CUDA code computes the
 # embedding's backward (`python -m gpt2enc_edu.bench` times both: at GPT-2 size the deterministic one is
-# the slower); whether two runs part is what the cell shows. On the CPU PyTorch's embedding backward is
+# the slower); whether two runs part is what the cell shows (without the switch PyTorch may use code whose order
+# is not fixed; two runs may still give the same bits, but nothing guarantees it). On the CPU PyTorch's embedding backward is
 # deterministic either way. Times are the median of one whole training step (the encoder is a small part of
 # it here).
 
@@ -284,10 +288,9 @@ else:
 # %% [markdown]
 # *Figure: per-step loss difference of the two runs of each encoder (log scale), from the step where they part.*
 #
-# A run that parts does so by one step's gradient: the loss of that step still agrees, the next one's differs by a
-# rounding error. From there the two runs are two different trainings: the gap may stay at a few units in the last
-# place of the loss for a while (a loss rounded to fp32 can even come out equal again) or grow by orders of
-# magnitude (AdamW normalises updates, and training amplifies small perturbations); the figure shows which, for
+# A run that parts does so by one step's gradient: the loss of that step still agrees, the next one's differs
+# slightly. From there the two runs are two different trainings: the gap may stay small for a while (a loss rounded
+# to fp32 can even come out equal again) or grow by orders of magnitude (AdamW normalises updates, and training amplifies small perturbations); the figure shows which, for
 # these runs. Steps with equal losses are not drawn.
 #
 # ## 7. (optional) Time: the encoder in a step
@@ -297,7 +300,8 @@ else:
 # Python, launches and the id check are included, as a training step pays them). On the GPU at GPT-2 size
 # (B = 8, T = 1024, C = 768, V = 50,257, bf16); on the CPU at this notebook's CPU size, where "ours" is the
 # NumPy mirror, written to show the kernels' arithmetic, not to be fast. `check_ids=False` skips the id check (on
-# the GPU one small kernel, on the CPU a NumPy comparison).
+# the GPU one small kernel, on the CPU a NumPy comparison). Host timings vary by tens of percent from run to run:
+# differences of that size among our three rows are noise, not the id check.
 
 # %%
 if torch is None:
@@ -316,8 +320,9 @@ else:
 # PyTorch's, and they need not agree with them: they time different things. The benchmark times the **GPU's work**
 # of one call (CUDA events, host overhead hidden); the cell above times the **host** around a whole forward and
 # backward, which for our encoder includes its Python: the adapter's autograd function, the tensors viewed as CuPy
-# arrays, each launch through CuPy. `nn.Embedding`'s path is C++ all the way. The GPU's work of the same calls,
-# from the committed benchmark (and, where it holds them, its host-timed steps):
+# arrays, each launch through CuPy; and its backward runs that Python on autograd's device thread.
+# `nn.Embedding`'s path is C++ all the way. The GPU's work of the same calls, and the same steps host-timed by the
+# benchmark, all from the committed benchmark (its GPU is named; the cell above ran on this machine):
 
 # %%
 from gpt2enc_edu import bench
@@ -347,13 +352,15 @@ if steps:
 # Where the GPU is (a real model, whose forward and backward keep the GPU busy for far longer than the host needs
 # to queue them), the host runs ahead, since no call of the adapter waits for the GPU; its overhead hides behind
 # the GPU's work, and what the step pays is the kernels' GPU time, where ours are the faster. A CUDA graph of the
-# step takes the Python out altogether (the bench's `adapter_step_graph`, a replay of one).
+# step takes the Python out altogether: `adapter_step_graph` above is a replay of one, host-timed, against
+# `adapter_step`, the same step eager.
 #
 # ### The step compiled (optional)
 #
 # `torch.compile(model, fullgraph=True)` traces the whole training step, the encoder included: the adapter's forward
-# and backward are custom operators with fake implementations, so the trace needs no graph break, and the compiled
-# step draws its rounding seeds as the eager one does. Inductor fuses the *rest* of the model (LayerNorms, GELU,
+# and backward are custom operators with fake implementations (shape-only stand-ins that tracing runs instead of the
+# kernels), so the trace needs no graph break, and the compiled step draws its rounding seeds as the eager one does.
+# Inductor (`torch.compile`'s code generator) fuses the *rest* of the model (LayerNorms, GELU,
 # softmax, AdamW's inputs) into fewer kernels, and fusion changes their rounding: a compiled run's losses are close
 # to the eager run's, not equal to them. What must hold is the promise itself: two compiled runs with our encoder
 # give the same bits. The first two steps compile (tens of seconds on a CPU) and are not timed.
@@ -376,7 +383,7 @@ else:
 # %% [markdown]
 # What the encoder changes in a whole step is the difference between the two rows, against the step itself. In a
 # model this small the step is mostly launches and Python on both sides, so compiling helps both encoders and the
-# difference between them is host time, not GPU time (as the host-timed figures of section 7 show). In a model whose
+# difference between them is host time, not GPU time (as the host-timed figures above show). In a model whose
 # GPU work per step is long, the host's time hides behind it and the encoder's share of the step is its GPU time.
 
 # %% [markdown]
