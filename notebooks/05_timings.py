@@ -84,8 +84,9 @@ print(enc.gpu_status())
 # once per benchmark run, by the benchmark itself (`bench.measure_copy_rate`), and stored with the results
 # (`docs/bench/meta.json`). Every floor of a run uses that one rate. *Percent of floor* = floor / median
 # time: 100 % would be a kernel as fast as a copy. The cell below does the arithmetic for B=64 with the
-# committed run's rate, on ids it draws itself (seed 0): the committed run drew its own, so its distinct-id counts
-# differ a little from these (under 1 % at B=64). Zipf and real text repeat ids, so they touch fewer rows and their floor is lower.
+# committed run's rate, on ids it draws itself (seed 0): the committed run drew its own, so its distinct-id
+# counts differ a little from these (under 1 % at B=64). Zipf and real text repeat ids, so they touch fewer rows
+# and their floor is lower.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -252,11 +253,11 @@ if rows:
 #   forward's thread map, run at 93 % of the copy rate (H200).
 # * The forward with **every id equal**, which writes the same output but reads almost nothing (one `wte` row, from
 #   cache), shows the ceiling of this kernel's own mix: about three quarters of the copy rate on the H200 (3.15 TB/s),
-#   91 % on an H100. So even a perfect gather would not reach 100 % of this floor; on the H200, whose numbers this
-#   notebook draws, the forward's seven tenths lie within a few points of that ceiling.
-# * On uniform ids Nsight Compute (NVIDIA's kernel profiler) counts more bytes read from DRAM than the distinct rows hold (rows evicted from L2
-#   between two uses are read twice). Other thread maps, cache hints, and maps that keep loads and stores in flight
-#   together gained at most a microsecond or two.
+#   91 % on an H100. So even a perfect gather would not reach 100 % of this floor: read the forward's shares above
+#   against the ceiling of the card the committed run used (its name is printed in section 3).
+# * On uniform ids Nsight Compute (NVIDIA's kernel profiler) counts more bytes read from DRAM than the distinct rows
+#   hold (rows evicted from L2 between two uses are read twice). Other thread maps, cache hints, and maps that
+#   keep loads and stores in flight together gained at most a microsecond or two.
 #
 # *Inferred*, not measured directly: why the all-equal forward stays below a memset, and what the gathers cost on top.
 # A thread's loads and its stores come one after the other (its ids, then its rows, then the store), so fewer bytes
@@ -310,8 +311,8 @@ if rows:
 # ## 6. (optional) The CPU bucketing on this machine
 #
 # `make_buckets` (the package's NumPy bucket table, `gpt2enc_edu/buckets/host.py`) timed now, on whatever CPU runs
-# this notebook (so it varies from machine to machine, and is not the H200 host's figure in the last panel
-# above). The benchmark times this route twice: inside the backward (`bucketed_cpu`: CUDA events around the
+# this notebook (so it varies from machine to machine, and is not the committed run's host's figure in the last
+# panel above). The benchmark times this route twice: inside the backward (`bucketed_cpu`: CUDA events around the
 # whole call, copies included) and alone (`make_buckets`: `time.perf_counter` around the NumPy call); two
 # separate measurements of host code on a shared CPU, so their difference is noisy.
 

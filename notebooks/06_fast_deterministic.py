@@ -410,7 +410,9 @@ fig = timing_plots.bucketing_phases(phases)
 # L2, and divides by 20: each launch starts while the one before drains, so this is the kernel's own work. The
 # benchmark (`gpu_buckets` in `docs/bench/`, `bench/cases.py`) times **one** call the way a training step makes it:
 # CUDA events around it, after a write of twice the L2 size has evicted the inputs, so it also pays a lone launch's
-# start and drain and its first reads from HBM. The cell prints both, from the same H200 data on a CPU:
+# start and drain and its first reads from HBM. The cell prints both: the phases as the figure has them (on a GPU
+# measured now, on a CPU the committed ones, an H200's: the line above the figure says which) and the bench's line
+# with its card. Compare the two where the card is the same:
 
 # %%
 try:
@@ -429,15 +431,15 @@ if bench_b1:
 # %% [markdown]
 # Most of the difference is what the bench's timer adds to any call: `docs/experiments.md` ("What a timed call
 # holds besides the kernels") times a kernel of one thread the bench's way, and it takes 2.9 µs (H200,
-# 2026-12-04), about the gap between the two lines above; the cold reads of the ids add a little (the same section
-# times the table with and without the flush).
+# 2026-12-04), of the order of the gap between the two lines above; the cold reads of the ids add a little (the
+# same section times the table with and without the flush).
 #
 # ## 7. Skew against measured time (core)
 #
 # The point of both kernels, measured: time per call against batch size for uniform, Zipf and real ids, for
 # llm.c's scheme (bucketed) and the chunked kernel, from the committed benchmark (`docs/bench/results.csv`,
-# `python -m gpt2enc_edu.bench` on the H200; the notebook does not re-run it). The "wte kernel alone" panels
-# appear when the results hold those cases. First, how skewed each kind of ids is:
+# `python -m gpt2enc_edu.bench`, whose card the output names; the notebook does not re-run it). The "wte kernel
+# alone" panels appear when the results hold those cases. First, how skewed each kind of ids is:
 
 # %%
 # NBVAL_CHECK_OUTPUT

@@ -219,10 +219,10 @@ else:
 # The same model with `nn.Embedding` for tokens and positions (same initial weights: the same draws in the
 # same order, so step 0's loss is the same as above). The switch changes which CUDA code computes the
 # embedding's backward (`python -m gpt2enc_edu.bench` times both: at GPT-2 size the deterministic one is
-# the slower); whether two runs part is what the cell shows (without the switch PyTorch may use code whose order
-# is not fixed; two runs may still give the same bits, but nothing guarantees it). On the CPU PyTorch's embedding backward is
-# deterministic either way. Times are the median of one whole training step (the encoder is a small part of
-# it here).
+# the slower); whether two runs part is what the cell shows (without the switch PyTorch may use code whose
+# order is not fixed; two runs may still give the same bits, but nothing guarantees it). On the CPU PyTorch's
+# embedding backward is deterministic either way. Times are the median of one whole training step (the encoder is
+# a small part of it here).
 
 # %%
 if torch is None:
@@ -290,8 +290,8 @@ else:
 #
 # A run that parts does so by one step's gradient: the loss of that step still agrees, the next one's differs
 # slightly. From there the two runs are two different trainings: the gap may stay small for a while (a loss rounded
-# to fp32 can even come out equal again) or grow by orders of magnitude (AdamW normalises updates, and training amplifies small perturbations); the figure shows which, for
-# these runs. Steps with equal losses are not drawn.
+# to fp32 can even come out equal again) or grow by orders of magnitude (AdamW normalises updates, and training
+# amplifies small perturbations); the figure shows which, for these runs. Steps with equal losses are not drawn.
 #
 # ## 7. (optional) Time: the encoder in a step
 #
@@ -300,8 +300,9 @@ else:
 # Python, launches and the id check are included, as a training step pays them). On the GPU at GPT-2 size
 # (B = 8, T = 1024, C = 768, V = 50,257, bf16); on the CPU at this notebook's CPU size, where "ours" is the
 # NumPy mirror, written to show the kernels' arithmetic, not to be fast. `check_ids=False` skips the id check (on
-# the GPU one small kernel, on the CPU a NumPy comparison). Host timings vary by tens of percent from run to run:
-# differences of that size among our three rows are noise, not the id check.
+# the GPU one small kernel, on the CPU a NumPy comparison). Host timings vary by tens of percent from run to run,
+# so small differences among our rows are noise; the atomic methods' rows are lower because their backward builds
+# no bucket table and launches fewer kernels.
 
 # %%
 if torch is None:
