@@ -2,10 +2,10 @@
 
 A call on the GPU reuses, per (device, stream, shape), the bucket table's workspace (``buckets.gpu``), the chunk
 kernel's partial sums and the atomic method's fp32 rows (``cuda``), a side stream with its events (``cuda``) and
-launch configurations (``driver``), and the PyTorch adapter keeps the call signatures it has validated
-(``gpt2enc_edu.torch``). Making them afresh each call costs allocations and host time; keeping every one
-forever holds memory for streams and shapes that are gone. So each cache keeps the entries used most recently, up to
-its size, and drops the least recently used one.
+launch configurations (``driver``), and the PyTorch adapter keeps the call signatures it has validated and the launch
+plans of its CUDA calls (``gpt2enc_edu.torch``, ``plans``; a plan holds the scratch its call used alive). Making them
+afresh each call costs allocations and host time; keeping every one forever holds memory for streams and shapes that
+are gone. So each cache keeps the entries used most recently, up to its size, and drops the least recently used one.
 
 Three rules make this safe under CUDA graphs and beside torch:
 
@@ -42,6 +42,7 @@ class BoundedCache:
         self.name, self.size = name, size
         self._entries: OrderedDict = OrderedDict()
         self._pinned: dict = {}
+        self._retired: list = []  # pinned entries replaced by ``put``
         self._lock = threading.Lock()
         _all.append(self)
 
@@ -80,16 +81,43 @@ class BoundedCache:
                 self._entries.popitem(last=False)
             return value
 
+    def find(self, key, capturing: bool = False):
+        """The entry of ``key`` or None, made most recently used; pinned where the caller's stream is ``capturing``
+        (for entries that hold no GPU memory of their own making: ``get`` makes the others)."""
+        with self._lock:
+            value = self._pinned.get(key)
+            if value is not None:
+                return value
+            value = self._entries.pop(key, None)
+            if value is not None:
+                if capturing:
+                    self._pinned[key] = value
+                else:
+                    self._entries[key] = value
+            return value
+
+    def put(self, key, value) -> None:
+        """Keep ``value`` under ``key`` (in place of what was there), dropping the least recently used beyond the
+        size. A pinned entry it replaces stays held (a graph may still use its memory), as ``retired``."""
+        with self._lock:
+            replaced = self._pinned.pop(key, None)
+            if replaced is not None:
+                self._retired.append(replaced)
+            self._entries.pop(key, None)
+            self._entries[key] = value
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+
     def __len__(self) -> int:
-        return len(self._entries) + len(self._pinned)
+        return len(self._entries) + len(self._pinned) + len(self._retired)
 
     @property
     def pinned(self) -> int:
-        return len(self._pinned)
+        return len(self._pinned) + len(self._retired)
 
     def items(self) -> list:
         with self._lock:
-            return [*self._entries.items(), *self._pinned.items()]
+            return [*self._entries.items(), *self._pinned.items(), *((None, value) for value in self._retired)]
 
     def values(self) -> list:
         return [value for _, value in self.items()]
@@ -99,6 +127,7 @@ class BoundedCache:
         with self._lock:
             self._entries.clear()
             self._pinned.clear()
+            self._retired.clear()
 
 
 def held() -> dict[str, tuple[int, int, int]]:

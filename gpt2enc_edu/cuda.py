@@ -29,8 +29,9 @@ from .layout import (
     pack_size,
     wpe_blocks_beside_table,
 )
-from .loader import blocks_per_sm, cupy_module, device_facts, get_kernel, launch
+from .loader import blocks_per_sm, cupy_module, device_facts, get_kernel, launch, record_event, wait_event
 from .methods import check_small_backward_batch, one_launch_backward
+from .plans import active as recording_plan
 
 #: The forward's versions (kernels/encoder_forward.cu): kernel name, and threads for (B, T, C, pack size).
 FORWARD_VERSIONS = {
@@ -247,8 +248,8 @@ def encoder_backward_deterministic_gpu_bucketing(dwte, dwpe, dout, inp, B: int, 
     cupy = cupy_module()
     main = cupy.cuda.get_current_stream()
     side, inputs_ready, wpe_done = _side_stream(main)
-    inputs_ready.record(main)
-    side.wait_event(inputs_ready)
+    record_event(inputs_ready, main)
+    wait_event(side, inputs_ready)
     with side:
         # Beside the scatter route's kernels (a table built here for more than one sequence), the wpe kernel takes
         # a share of the SMs only, so that they find room (layout.WPE_SM_SHARE_BESIDE_TABLE); beside the one-block
@@ -256,11 +257,11 @@ def encoder_backward_deterministic_gpu_bucketing(dwte, dwpe, dout, inp, B: int, 
         narrow = table is None and bucketing_route(B * T, V) == "scatter"
         blocks = wpe_blocks_beside_table(device_facts().sm_count) if narrow else None
         encoder_backward_wpe(dwpe, dout, B, T, C, seed, blocks=blocks)
-        wpe_done.record(side)
+        record_event(wpe_done, side)
     if table is None:
         table = build_bucket_table_gpu(inp, C, dout.dtype, V, bucket_rows=method.bucket_rows)
     _launcher(method.launcher)(dwte, table, dout, C, seed)
-    main.wait_event(wpe_done)
+    wait_event(main, wpe_done)
 
 
 def _fp32_scratch_for(dwte, dwpe, T: int):
@@ -272,6 +273,9 @@ def _fp32_scratch_for(dwte, dwpe, T: int):
                                 lambda: [cupy.empty(dwte.shape, np.float32), cupy.empty((T, dwpe.shape[1]), np.float32),
                                          cupy.zeros(dwte.shape[0], np.int32), 0], stream=stream)
     scratch[3] = scratch[3] % (2**31 - 1) + 1  # a stamp no earlier call on these buffers used (1, 2, ...)
+    recorder = recording_plan()
+    if recorder is not None:
+        recorder.refuse("the atomic method's fp32 rows take a new stamp every call")
     return scratch
 
 

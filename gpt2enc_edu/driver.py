@@ -1,6 +1,7 @@
-"""The CUDA driver calls CuPy does not offer, through ``ctypes``: a programmatic dependent launch
-(``cuLaunchKernelEx`` with its attribute) and the occupancy calculator. ``loader.launch`` and ``loader.blocks_per_sm``
-call them; nothing else in the package needs the driver directly.
+"""The CUDA driver calls CuPy does not offer, through ``ctypes``: ``cuLaunchKernelEx`` (a programmatic dependent
+launch, or any launch of a kernel by its address) and the occupancy calculator. ``loader.launch`` and
+``loader.blocks_per_sm`` call them, and ``plans`` replays recorded work through them (with ``cuEventRecord`` and
+``cuStreamWaitEvent``); nothing else in the package needs the driver directly.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from .caches import BoundedCache
 
 # cuLaunchKernelEx's structures (cuda.h): CUlaunchAttribute is a 4-byte id, 4 bytes of padding and a 64-byte
 # union; CUlaunchConfig is the grid, the block, the dynamic shared memory, the stream and the attributes.
+CU_LAUNCH_ATTRIBUTE_COOPERATIVE = 2
 CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
 
 
@@ -31,9 +33,28 @@ class LaunchConfig(ctypes.Structure):
                 ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(LaunchAttribute)), ("num_attrs", ctypes.c_uint)]
 
 
-#: The one attribute of every programmatic launch (cuLaunchKernelEx copies it).
-PROGRAMMATIC = LaunchAttribute(id=CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
-PROGRAMMATIC.value[0] = 1  # programmaticStreamSerializationAllowed
+def _attribute(attribute_id: int) -> LaunchAttribute:
+    attribute = LaunchAttribute(id=attribute_id)
+    attribute.value[0] = 1  # programmaticStreamSerializationAllowed / cooperative: on
+    return attribute
+
+
+#: The launch attributes the package sets, each alone (cuLaunchKernelEx copies them): a programmatic dependent launch,
+#: and a cooperative one (the kernels of ``loader.COOPERATIVE_FILES``, replayed by a plan).
+LAUNCH_ATTRIBUTES = {CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION: _attribute(
+    CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION),
+    CU_LAUNCH_ATTRIBUTE_COOPERATIVE: _attribute(CU_LAUNCH_ATTRIBUTE_COOPERATIVE)}
+
+
+def launch_config(grid: tuple, block: int, shared_mem: int, stream_ptr: int,
+                  attribute: int | None = None) -> LaunchConfig:
+    """A ``CUlaunchConfig`` for a 1-D block, a grid of up to 3 dimensions and at most one attribute (a key of
+    ``LAUNCH_ATTRIBUTES``)."""
+    grid3 = (tuple(grid) + (1, 1))[:3]
+    attrs = None if attribute is None else ctypes.pointer(LAUNCH_ATTRIBUTES[attribute])
+    return LaunchConfig((ctypes.c_uint * 3)(*grid3), (ctypes.c_uint * 3)(block, 1, 1), shared_mem, stream_ptr,
+                        attrs, 0 if attribute is None else 1)
+
 
 #: Scalar kernel arguments the launcher takes, by NumPy type: their ``struct`` format in an 8-byte slot (the
 #: package passes sizes as int32 and seeds as uint32).
@@ -68,12 +89,16 @@ def kernel_params(args: tuple):
 
 @functools.lru_cache(maxsize=None)
 def libcuda():
-    """libcuda's cuLaunchKernelEx, cuOccupancyMaxActiveBlocksPerMultiprocessor and cuGetErrorString (CuPy has
-    loaded the library already)."""
+    """libcuda's cuLaunchKernelEx, cuEventRecord, cuStreamWaitEvent, cuOccupancyMaxActiveBlocksPerMultiprocessor and
+    cuGetErrorString (CuPy has loaded the library already)."""
     lib = ctypes.CDLL("libcuda.so.1")
     lib.cuLaunchKernelEx.argtypes = [ctypes.POINTER(LaunchConfig), ctypes.c_void_p, ctypes.c_void_p,
                                      ctypes.c_void_p]
     lib.cuLaunchKernelEx.restype = ctypes.c_int
+    lib.cuEventRecord.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    lib.cuEventRecord.restype = ctypes.c_int
+    lib.cuStreamWaitEvent.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint]
+    lib.cuStreamWaitEvent.restype = ctypes.c_int
     lib.cuGetErrorString.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
     lib.cuGetErrorString.restype = ctypes.c_int
     lib.cuOccupancyMaxActiveBlocksPerMultiprocessor.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p,
@@ -105,9 +130,8 @@ def launch_programmatic(function_ptr: int, grid: tuple, block: int, args: tuple,
                         stream_ptr: int) -> None:
     """The loaded ``CUfunction`` at ``function_ptr`` on ``stream_ptr``, with the programmatic-stream-serialization
     attribute set (configurations kept by shape)."""
-    grid3 = (grid + (1, 1))[:3]
     config = _configs.get((grid, block, shared_mem, stream_ptr),
-                          lambda: LaunchConfig((ctypes.c_uint * 3)(*grid3), (ctypes.c_uint * 3)(block, 1, 1),
-                                               shared_mem, stream_ptr, ctypes.pointer(PROGRAMMATIC), 1))
+                          lambda: launch_config(grid, block, shared_mem, stream_ptr,
+                                                CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION))
     buffer, params = kernel_params(args)  # buffer: alive until this function returns
     check(libcuda().cuLaunchKernelEx(ctypes.byref(config), function_ptr, params, None), "cuLaunchKernelEx")

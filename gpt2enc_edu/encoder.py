@@ -31,8 +31,18 @@ def _hold(backend_name: str, writes, reads):
     resources = ()
     if backend_name == "cuda":
         cupy = cupy_module()
-        resources = (("stream", cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr),)
+        resources = (_stream_key(cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr),)
     return memory.SPAN_LOCK.hold(writes, reads, resources)
+
+
+def _stream_key(device_id: int, stream_ptr: int) -> tuple:
+    return ("stream", device_id, stream_ptr)
+
+
+def stream_held(device_id: int, stream_ptr: int):
+    """Hold the stream ``stream_ptr`` of device ``device_id`` as a CUDA call of the package does (``_hold``): for a
+    caller that launches work reusing the stream's scratch by other means (the PyTorch adapter's launch plans)."""
+    return memory.SPAN_LOCK.hold((), (), (_stream_key(device_id, stream_ptr),))
 
 
 def _held(arrays: dict, written: tuple[str, ...]):
@@ -250,12 +260,13 @@ def _backward(dims, dwte, dwpe, dout, inp, seed: int, method, bucketing: str, ta
 
 
 # ------------------------------------------------------------------------------------ calls validated ahead
-# The PyTorch adapter's eager calls on the GPU come here: the public calls' validation, memory hold and overlap checks
-# cost more host time than the kernels of a small call take on the GPU, and the adapter's calls need none of them
-# each time. It validates a call's signature once (``validate.forward_args`` / ``backward_args`` on the first call of
-# those shapes, dtypes, options and device), and every call of that signature passes arrays of the layout validated:
-# outputs fresh (no other call can see them, so none can overlap or hold them), inputs contiguous and aligned (or
-# copied so). What stays per call: the stream's hold, where the call reuses the stream's scratch.
+# The PyTorch adapter's CUDA calls come here when it records a launch plan (``plans``; later calls of the signature
+# replay the plan and skip even this): the public calls' validation, memory hold and overlap checks cost more host
+# time than the kernels of a small call take on the GPU, and the adapter's calls need none of them each time. It
+# validates a call's signature once (``validate.forward_args`` / ``backward_args`` on the first call of those shapes,
+# dtypes, options and device), and every call of that signature passes arrays of the layout validated: outputs fresh
+# (no other call can see them, so none can overlap or hold them), inputs contiguous and aligned (or copied so). What
+# stays per call: the stream's hold, where the call reuses the stream's scratch.
 def forward_validated(dims, out, inp, wte, wpe) -> None:
     """``encoder_forward`` on CuPy arrays of a signature ``validate.forward_args`` accepted (``dims``), into a fresh
     ``out``, with ids checked already: the kernel alone."""

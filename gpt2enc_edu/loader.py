@@ -9,9 +9,11 @@
   kernel through it, so it sees exactly the headers and flags of the real one).
 * ``device_facts`` reads what launch choices depend on (compute capability, SMs, L2 size) once per device.
 * Every launch goes through ``launch``, which refuses an empty grid and surfaces launch errors as
-  ``RuntimeError``. ``launch(..., after_kernel=True)`` launches a kernel as a *programmatic dependent* of the
-  kernel before it on the stream (sm_90 and newer; see ``launch``), through the driver's ``cuLaunchKernelEx``,
-  which CuPy does not expose (``driver.py`` calls it).
+  ``RuntimeError``, and every event that orders two streams through ``record_event`` and ``wait_event``: all three
+  tell a recording ``plans.Recorder`` what they did, so that a call's work can be replayed.
+  ``launch(..., after_kernel=True)`` launches a kernel as a *programmatic dependent* of the kernel before it on the
+  stream (sm_90 and newer; see ``launch``), through the driver's ``cuLaunchKernelEx``, which CuPy does not expose
+  (``driver.py`` calls it).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import driver
+from . import driver, plans
 from .layout import dtype_name
 from .rounding import bfloat16, float32
 from .sources import kernel_dir
@@ -166,8 +168,9 @@ def launch(kernel, grid, block: int, args: tuple, *, shared_mem: int = 0, after_
     grid = tuple(int(g) for g in grid) if isinstance(grid, tuple) else (int(grid),)
     if min(grid) <= 0 or block <= 0:
         raise RuntimeError(f"refusing to launch {name} with grid={grid}, block={block}")
+    programmatic = after_kernel and PROGRAMMATIC_LAUNCH and programmatic_launch_supported()
     try:
-        if after_kernel and PROGRAMMATIC_LAUNCH and programmatic_launch_supported():
+        if programmatic:
             # kernel.kernel: the RawKernel's loaded cupy.cuda.function.Function; .ptr is its CUfunction
             driver.launch_programmatic(kernel.kernel.ptr, grid, block, args, shared_mem,
                                        cupy_module().cuda.get_current_stream().ptr)
@@ -175,6 +178,28 @@ def launch(kernel, grid, block: int, args: tuple, *, shared_mem: int = 0, after_
             kernel(grid, (block,), args, shared_mem=shared_mem)
     except Exception as exc:  # cupy.cuda.driver.CUDADriverError and friends
         raise RuntimeError(f"launch of {name} failed (grid={grid}, block={block}): {exc}") from exc
+    recorder = plans.active()
+    if recorder is not None:
+        attribute = (driver.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION if programmatic
+                     else driver.CU_LAUNCH_ATTRIBUTE_COOPERATIVE if kernel.enable_cooperative_groups else None)
+        recorder.kernel(kernel, grid, block, shared_mem, args, cupy_module().cuda.get_current_stream().ptr, attribute)
+
+
+def record_event(event, stream) -> None:
+    """``event.record(stream)``, told to a recording plan (``plans``): every GPU step of a call that orders two streams
+    goes through here or ``wait_event``."""
+    event.record(stream)
+    recorder = plans.active()
+    if recorder is not None:
+        recorder.record_event(event, stream)
+
+
+def wait_event(stream, event) -> None:
+    """``stream.wait_event(event)``, told to a recording plan (``plans``)."""
+    stream.wait_event(event)
+    recorder = plans.active()
+    if recorder is not None:
+        recorder.wait_event(stream, event)
 
 
 def programmatic_launch_supported() -> bool:

@@ -20,11 +20,13 @@ says what the adapter promises and what bounds it; in short:
   the same work through one ``autograd.Function`` (``_Eager``), without the operators' Python dispatch, which costs
   more host time than a small call.
 * **Backends.** CUDA tensors run the kernels (through CuPy) on torch's current stream, with no copies: tensors are
-  viewed as CuPy arrays over their memory. What a call allocates for itself comes from torch's caching allocator;
-  the scratch kept from call to call (the bucket table's workspace, the chunk partials) is made before any capture
-  in CuPy's own pool, bounded (``gpt2enc_edu.caches``; docs/torch.md says why). CPU tensors run
-  the NumPy mirror on zero-copy NumPy views (bf16 as ``int16``, reinterpreted as ``ml_dtypes.bfloat16``). Both give
-  the same bits, as the package's functions do.
+  viewed as CuPy arrays over their memory. The first call of a signature (shapes, dtypes, options, device, stream)
+  is recorded as a launch plan (``gpt2enc_edu.plans``), which every later call of it replays with its own tensors'
+  addresses and seed, launching the kernels by address (docs/torch.md says when a call is not replayed). What a call
+  allocates for itself comes from torch's caching allocator; the scratch kept from call to call (the bucket table's
+  workspace, the chunk partials) is made before any capture in CuPy's own pool, bounded (``gpt2enc_edu.caches``;
+  docs/torch.md says why). CPU tensors run the NumPy mirror on zero-copy NumPy views (bf16 as ``int16``,
+  reinterpreted as ``ml_dtypes.bfloat16``). Both give the same bits, as the package's functions do.
 * **Token ids** may be ``int32`` or ``int64`` (PyTorch's default), of any layout. ``check_ids=True`` (the default)
   checks them against ``[0, V)`` in their own type before any kernel reads them. On the CPU that is the NumPy check
   (``ValueError`` at once). On the GPU it is ``kernels/token_ids.cu``, which also writes the int32 copy the kernels
@@ -62,21 +64,16 @@ from torch import nn
 from torch._prims_common import alert_not_deterministic
 from torch.autograd.function import once_differentiable
 
+from . import torch_calls as calls
 from . import validate
-from .caches import BoundedCache
-from .encoder import backward_validated, encoder_backward, encoder_forward, forward_validated
 from .methods import BUCKETINGS, DEFAULT_METHOD, METHODS
 from .rounding import bfloat16
-from .token_ids import token_ids
 from .torch_arrays import as_array, from_array, on_torch_stream
-from .torch_arrays import view as _view
 
 __all__ = ["GPT2Embedding", "as_array", "draw_seed", "encoder", "from_array", "on_torch_stream"]
 
 _STORAGE = {torch.bfloat16: bfloat16, torch.float32: np.dtype(np.float32)}
 _ID_DTYPES = (torch.int32, torch.int64)
-#: The address alignment every array of the kernels needs (128-bit loads and stores).
-_ALIGN = 16
 
 
 def draw_seed(generator: torch.Generator | None = None) -> int:
@@ -125,70 +122,20 @@ def _generator(key: int) -> torch.Generator:
 
 
 # ------------------------------------------------------------------------------------------------ the operators
-def _aligned(t: torch.Tensor) -> torch.Tensor:
-    """``t`` if the kernels can read it in place (contiguous, 16-byte aligned), else a copy that they can."""
-    if t.is_contiguous() and t.data_ptr() % _ALIGN == 0:
-        return t
-    return t.clone(memory_format=torch.contiguous_format)
-
-
-def _ids32(ids: torch.Tensor, V: int, check: bool, view) -> torch.Tensor:
-    """``ids`` as contiguous, aligned int32 ids, checked against ``[0, V)`` with ``check`` (``token_ids``: on the GPU
-    in a kernel, no sync); ``ids`` themselves where they need neither a copy nor a check."""
-    if not check and ids.dtype == torch.int32 and ids.is_contiguous() and ids.data_ptr() % _ALIGN == 0:
-        return ids
-    out = torch.empty(ids.shape, dtype=torch.int32, device=ids.device)
-    token_ids(view(out), view(ids.contiguous()), V, check=check)
-    return out
-
-
-#: The signatures (shapes, dtypes, options, device) of the eager CUDA calls validated so far, with their sizes
-#: (``encoder.forward_validated``: why a call of a known signature is not validated again).
-_signatures = BoundedCache("adapter signatures", 64)
-
-
-def _forward(ids: torch.Tensor, wte: torch.Tensor, wpe: torch.Tensor, check_ids: bool):
-    """The forward's work, for both ways of calling it: (out, the int32 ids the kernels read)."""
-    with on_torch_stream(wte.device):
-        ids32 = _ids32(ids, int(wte.shape[0]), check_ids, _view)
-        out = torch.empty((*ids.shape, wte.shape[1]), dtype=wte.dtype, device=wte.device)
-        arrays = _view(out), _view(ids32), _view(_aligned(wte)), _view(_aligned(wpe))
-        if not out.is_cuda:
-            encoder_forward(*arrays[1:], out=arrays[0], check_ids=False)
-            return out, ids32
-        # out is fresh, ids32 and the weights contiguous and aligned: the signature decides the rest.
-        key = ("forward", tuple(ids32.shape), tuple(wte.shape), tuple(wpe.shape), wte.dtype, wpe.dtype, wte.device)
-        dims = _signatures.get(key, lambda: validate.forward_args(*arrays[1:], arrays[0], False))
-        forward_validated(dims, *arrays)
-    return out, ids32
-
-
 def _backward_work(dout, ids, V: int, maxT: int, method: str, bucketing: str, seed, generator: int):
-    """The backward's work, for both ways of calling it: (dwte, dwpe), fresh."""
+    """The backward's work, for both ways of calling it: (dwte, dwpe), fresh, with a seed drawn from the generator of
+    key ``generator`` where ``seed`` is None."""
     if method in METHODS and not METHODS[method].deterministic:
         alert_not_deterministic(f"gpt2enc_edu::encoder_backward with method={method!r}")
     seed = draw_seed(_generator(generator)) if seed is None else validate.check_seed(seed)
-    C = dout.shape[-1]
-    dwte = torch.zeros((V, C), dtype=dout.dtype, device=dout.device)
-    dwpe = torch.zeros((maxT, C), dtype=dout.dtype, device=dout.device)
-    with on_torch_stream(dout.device):
-        ids32 = _ids32(ids, V, False, _view)  # checked by the forward
-        arrays = _view(dwte), _view(dwpe), _view(_aligned(dout)), _view(ids32)
-        if not dout.is_cuda:
-            encoder_backward(*arrays, seed=seed, method=method, bucketing=bucketing, check_ids=False)
-            return dwte, dwpe
-        # dwte and dwpe are fresh, dout and ids32 contiguous and aligned: the signature decides the rest.
-        key = ("backward", tuple(dout.shape), tuple(ids32.shape), V, maxT, dout.dtype, method, bucketing, dout.device)
-        dims = _signatures.get(key, lambda: validate.backward_args(*arrays, seed, method, False, bucketing)[0])
-        backward_validated(dims, *arrays, seed, method, bucketing)
-    return dwte, dwpe
+    return calls.backward(dout, ids, V, maxT, method, bucketing, seed)
 
 
 @torch.library.custom_op("gpt2enc_edu::encoder_forward", mutates_args=())
 def _forward_op(ids: torch.Tensor, wte: torch.Tensor, wpe: torch.Tensor, check_ids: bool, method: str,
                 bucketing: str, generator: int) -> torch.Tensor:
     """``wte[ids] + wpe[:T]`` (B, T, C). ``method``, ``bucketing`` and ``generator`` (a key) are the backward's."""
-    return _forward(ids, wte, wpe, check_ids)[0]
+    return calls.forward(ids, wte, wpe, check_ids)[0]
 
 
 @_forward_op.register_fake
@@ -246,7 +193,7 @@ class _Eager(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, ids, wte, wpe, check_ids, method, bucketing, generator):
-        out, ids32 = _forward(ids, wte, wpe, check_ids)
+        out, ids32 = calls.forward(ids, wte, wpe, check_ids)
         _setup_context(ctx, (ids, wte, wpe, check_ids, method, bucketing, generator), out, ids=ids32)
         return out
 

@@ -54,7 +54,20 @@ def test_launch_structures_match_cuda_h():
     assert ctypes.sizeof(driver.LaunchConfig) == 56
     assert (driver.LaunchConfig.shared_mem.offset, driver.LaunchConfig.stream.offset,
             driver.LaunchConfig.attrs.offset, driver.LaunchConfig.num_attrs.offset) == (24, 32, 40, 48)
-    assert driver.PROGRAMMATIC.id == 6 and driver.PROGRAMMATIC.value[0] == 1
+    attributes = driver.LAUNCH_ATTRIBUTES
+    assert sorted(attributes) == [2, 6] and all(a.id == k and a.value[0] == 1 for k, a in attributes.items())
+
+
+@pytest.mark.parametrize("attribute", [None, driver.CU_LAUNCH_ATTRIBUTE_COOPERATIVE,
+                                       driver.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION])
+@pytest.mark.parametrize("grid", [(7,), (5, 3)])
+def test_a_launch_configuration_holds_its_shape_stream_and_attribute(grid, attribute):
+    config = driver.launch_config(grid, 256, 512, 0xABC0, attribute)
+    assert list(config.grid) == [*grid, 1, 1][:3] and list(config.block) == [256, 1, 1]
+    assert (config.shared_mem, config.stream) == (512, 0xABC0)
+    assert config.num_attrs == (attribute is not None)
+    if attribute is not None:
+        assert config.attrs.contents.id == attribute and config.attrs.contents.value[0] == 1
 
 
 class _FakeDevice:

@@ -510,6 +510,71 @@ def test_cupys_own_pool_holds_only_the_kept_scratch(tt, rng):
     assert pool.used_bytes() == before
 
 
+def _replays(monkeypatch) -> list:
+    """The names of the first tensor of every launch plan replayed from now on ("out": a forward, "dwte": a
+    backward)."""
+    from gpt2enc_edu import plans
+
+    replayed = []
+    replay = plans.Plan.replay
+    monkeypatch.setattr(plans.Plan, "replay", lambda plan, *args: replayed.append(plan.names[0]) or replay(plan, *args))
+    return replayed
+
+
+def _planned_steps(tt, rng, method: str, B: int, *, ids_kind: str = "int64, checked", bucketing: str = "auto"):
+    """Three steps of one signature with fresh problems: each forward's bits, and each deterministic backward's, are
+    those of ``encoder_forward`` and ``encoder_backward`` with the seed drawn."""
+    import cupy
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA GPU")
+    for step in range(3):
+        p = random_problem(B, 1024, 768, 50257, maxT=1024, dtype=bfloat16, ids="real", rng=rng)
+        ids, wte, wpe, dout = _tensors(tt, p, torch.device("cuda"))
+        ids = ids.long() if ids_kind.startswith("int64") else ids.int()
+        out = tt.encoder(ids, wte, wpe, method=method, bucketing=bucketing, check_ids=ids_kind.endswith(", checked"),
+                         generator=torch.Generator().manual_seed(step))
+        out.backward(dout)
+        g = p.on(cupy)
+        assert compare.bitwise_equal(tt.as_array(out.detach()), enc.encoder_forward(g.inp, g.wte, g.wpe))
+        if methods.METHODS[method].deterministic:
+            g.dwte[...] = 0
+            g.dwpe[...] = 0
+            seed = tt.draw_seed(torch.Generator().manual_seed(step))
+            enc.encoder_backward(g.dwte, g.dwpe, g.dout, g.inp, seed=seed, method=method)
+            assert compare.bitwise_equal(tt.as_array(wte.grad), g.dwte), (B, step)
+            assert compare.bitwise_equal(tt.as_array(wpe.grad), g.dwpe), (B, step)
+
+
+_PLANNED = [(B, kind) for B in (1, 8) for kind in ("int64, checked", "int32, unchecked")] + [(65, "int64, checked")]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("B", "ids_kind"), _PLANNED, ids=[f"B={B}, {kind}" for B, kind in _PLANNED])
+@pytest.mark.parametrize("method", [m for m in methods.METHODS if m != "atomic"])
+def test_eager_calls_replay_their_launch_plans_with_the_package_calls_bits(tt, rng, monkeypatch, method, B, ids_kind):
+    """Steps of one signature at B = 1 (the one-launch backward), 8 (the scatter route's table) and 65 (more than
+    65536 ids: the cooperative route): the first call of a signature records a launch plan, later ones replay it
+    (``plans``) with the bits of the package's calls. int32 ids, unchecked, are read in place, int64 ids through the
+    int32 copy."""
+    replayed = _replays(monkeypatch)
+    _planned_steps(tt, rng, method, B, ids_kind=ids_kind)
+    assert replayed.count("out") >= 2 and replayed.count("dwte") >= 2  # every call after the first
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("method", "bucketing"), [("atomic", "auto"), ("chunked", "cpu"), ("bucketed", "cpu")])
+def test_a_backward_whose_work_depends_on_more_than_its_signature_makes_no_plan(tt, rng, monkeypatch, method,
+                                                                                 bucketing):
+    """The atomic method's fp32 rows take a new stamp every call, and a table built on the host (``bucketing="cpu"``,
+    llm.c's route) is copied over with a grid set by its contents: such a backward is never replayed from a plan,
+    and gives the package's bits at every call (the forward still replays its own)."""
+    replayed = _replays(monkeypatch)
+    _planned_steps(tt, rng, method, 8, bucketing=bucketing)
+    assert replayed.count("dwte") == 0 and replayed.count("out") >= 2
+
+
 def test_the_operators_called_directly_give_the_functions_bits(tt, device, rng):
     """Eager calls take a lighter path than the registered operators (which ``torch.compile`` traces); both do the same
     work: the same output and, for the seed the function's backward drew, the same gradients."""

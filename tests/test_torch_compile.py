@@ -135,13 +135,18 @@ def test_compile_refuses_a_generator_given_to_the_function(tt):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("capture_on", ["torch's capture stream", "the warm-up stream"])
 @pytest.mark.parametrize("B", [1, 8])
 @pytest.mark.parametrize("dtype_name", DTYPES)
-def test_cuda_graph_replays_give_the_bits_of_eager(tt, cuda, rng, dtype_name, B):
+def test_cuda_graph_replays_give_the_bits_of_eager(tt, cuda, rng, dtype_name, B, capture_on, monkeypatch):
     """Forward and backward captured with ``torch.cuda.graph`` (warm-up on a side stream, as PyTorch's guide says),
     then replayed on new ids copied into the captured input: each replay gives the bits of an eager step with the
-    seed drawn while capturing (B=1: the one-launch backward; B=8: the table built on the GPU in the backward)."""
+    seed drawn while capturing (B=1: the one-launch backward; B=8: the table built on the GPU in the backward).
+    Captured on the warm-up stream, the calls replay the launch plans the warm-up recorded into the graph, which
+    pins them (``caches``); on torch's own capture stream they run the package's calls."""
     import torch
+
+    from gpt2enc_edu import caches, plans
 
     V, T, C = 50257, 1024, 768
     dtype = getattr(torch, dtype_name)
@@ -158,9 +163,17 @@ def test_cuda_graph_replays_give_the_bits_of_eager(tt, cuda, rng, dtype_name, B)
     module.zero_grad(set_to_none=True)
     graph = torch.cuda.CUDAGraph()
     module.generator.manual_seed(1234)
-    with torch.cuda.graph(graph):
+    replayed = []
+    replay = plans.Plan.replay
+    monkeypatch.setattr(plans.Plan, "replay", lambda plan, *args: replayed.append(plan) or replay(plan, *args))
+    with torch.cuda.graph(graph, stream=side if capture_on == "the warm-up stream" else None):
         static_out = module(static_ids)
         static_out.backward(static_dout)
+    monkeypatch.undo()
+    if capture_on == "the warm-up stream":
+        assert len(replayed) == 2 and caches.held()["launch plans"][1] >= 2  # forward and backward, pinned
+    else:
+        assert not replayed
     for kind in ("uniform", "zipf", "real"):
         problem = random_problem(B, T, C, V, maxT=T, dtype=bfloat16, ids=kind, rng=rng)
         static_ids.copy_(torch.from_numpy(problem.inp.astype(np.int64)))

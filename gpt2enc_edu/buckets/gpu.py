@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import loader
+from .. import loader, plans
 from ..caches import BoundedCache
 from ..checks import check_choice
 from ..layout import (
@@ -157,6 +157,7 @@ def _launch_scatter(cupy, inp, BT: int, V: int, groups: int, dtype, ws, stop_aft
     if clear_counts or ws.counts_dirty:
         cupy.cuda.runtime.memsetAsync(ws.counts.data.ptr, 0, ws.counts.nbytes, stream.ptr)
         ws.counts_dirty = False
+        _refuse_plan("the scatter route's counts were cleared (a memset a replay would not need)")
     if steps < 1:
         return
     ws.counts_dirty = True  # until the scatter kernel is queued (a launch that fails on the way leaves it so)
@@ -180,6 +181,17 @@ def _launch_scatter(cupy, inp, BT: int, V: int, groups: int, dtype, ws, stop_aft
     for step, (name, grid, block, args) in enumerate(launches[:steps]):
         launch(kernel(name), grid, block, args, after_kernel=step > 0)  # kernel 1: after whatever came before
     ws.counts_dirty = steps < SCATTER_COUNTS_CLEAN_AFTER
+    recorder = plans.active()
+    if recorder is not None:  # a replay that stops half-way leaves the counts dirty, as a run stopped here would
+        recorder.on_failure(lambda: setattr(ws, "counts_dirty", True))
+        if ws.counts_dirty:
+            recorder.refuse("the scatter route stopped before its counts were clean")
+
+
+def _refuse_plan(why: str) -> None:
+    recorder = plans.active()
+    if recorder is not None:
+        recorder.refuse(why)
 
 
 def scatter_sort_blocks(BT: int, V: int) -> tuple[int, int]:
@@ -216,10 +228,10 @@ def _launch_scatter_graph(cupy, inp, BT: int, V: int, groups: int, dtype, ws) ->
 
     The first call of a workspace launches step by step (which also compiles and loads the kernels outside any
     capture). A stream that is itself being captured (the caller records a graph of its own) gets the steps one by
-    one, into the caller's graph.
+    one, into the caller's graph, and so does a call recorded into a plan (``plans``: a replay launches the steps).
     """
     stream = cupy.cuda.get_current_stream()
-    if stream.is_capturing():
+    if stream.is_capturing() or plans.active() is not None:  # a graph or a plan of the caller's takes the steps
         _launch_scatter(cupy, inp, BT, V, groups, dtype, ws, 0)
         return
     if not ws.warm:
