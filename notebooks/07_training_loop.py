@@ -320,9 +320,9 @@ else:
 # These are not the README's and notebook 05's numbers, which find our kernels several times faster than
 # PyTorch's, and they need not agree with them: they time different things. The benchmark times the **GPU's work**
 # of one call (CUDA events, host overhead hidden); the cell above times the **host** around a whole forward and
-# backward, which for our encoder includes its Python: the adapter's autograd function, the tensors viewed as CuPy
-# arrays, each launch through CuPy; and its backward runs that Python on autograd's device thread.
-# `nn.Embedding`'s path is C++ all the way. The GPU's work of the same calls, and the same steps host-timed by the
+# backward, which for our encoder includes its Python: the adapter's autograd function, whose backward runs on
+# autograd's device thread, and one driver call per kernel (after the first call of a shape, the adapter replays
+# the launches it recorded then: `gpt2enc_edu.plans`). `nn.Embedding`'s path is C++ all the way. The GPU's work of the same calls, and the same steps host-timed by the
 # benchmark, all from the committed benchmark (its GPU is named; the cell above ran on this machine):
 
 # %%
@@ -349,7 +349,8 @@ if steps:
 # %% [markdown]
 # Where our host-timed figure is far above the GPU's work, the difference is host work. What it changes in a whole
 # step depends on which side waits. Where the host is the bottleneck (a small model like this one, whose GPU work
-# per step is short), the adapter's host time adds to every step, as the ms-per-step column of section 5 shows.
+# per step is short), the encoder's host time, ours or `nn.Embedding`'s, adds to every step; the ms-per-step column
+# of section 5 shows how small a share of this model's step either is.
 # Where the GPU is (a real model, whose forward and backward keep the GPU busy for far longer than the host needs
 # to queue them), the host runs ahead, since no call of the adapter waits for the GPU; its overhead hides behind
 # the GPU's work, and what the step pays is the kernels' GPU time, where ours are the faster. A CUDA graph of the

@@ -184,3 +184,19 @@ def test_found_entries_are_pinned_while_capturing_and_put_replaces():
     assert cache.find("a") == "plan a again" and cache.pinned == 1 and len(cache) == 3
     cache.clear()
     assert len(cache) == 0 and cache.pinned == 0
+
+
+def test_a_host_table_copied_over_refuses_the_recording():
+    """llm.c's route builds the table on the host from this call's ids and copies it over, with a grid its contents
+    set: a recording that meets it makes no plan (refused before anything touches a GPU)."""
+    from gpt2enc_edu.buckets import build_bucket_table, to_device
+    from gpt2enc_edu.loader import CudaUnavailableError
+    from gpt2enc_edu.rounding import bfloat16
+
+    table = build_bucket_table(np.arange(16, dtype=np.int32).reshape(2, 8) % 5, 64, bfloat16)
+    with plans.recording() as recorder:
+        try:
+            to_device(table)
+        except CudaUnavailableError:  # no GPU here: the refusal came first
+            pass
+    assert recorder.refusals and recorder.plan({}, None) is None
