@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import plans
 from .buckets import DeviceBucketTable, bucketing_route, build_bucket_table_gpu, max_multi_chunk_units, to_device
 from .caches import BoundedCache
 from .checks import check_choice
@@ -31,7 +32,6 @@ from .layout import (
 )
 from .loader import blocks_per_sm, cupy_module, device_facts, get_kernel, launch, record_event, wait_event
 from .methods import check_small_backward_batch, one_launch_backward
-from .plans import active as recording_plan
 
 #: The forward's versions (kernels/encoder_forward.cu): kernel name, and threads for (B, T, C, pack size).
 FORWARD_VERSIONS = {
@@ -273,9 +273,7 @@ def _fp32_scratch_for(dwte, dwpe, T: int):
                                 lambda: [cupy.empty(dwte.shape, np.float32), cupy.empty((T, dwpe.shape[1]), np.float32),
                                          cupy.zeros(dwte.shape[0], np.int32), 0], stream=stream)
     scratch[3] = scratch[3] % (2**31 - 1) + 1  # a stamp no earlier call on these buffers used (1, 2, ...)
-    recorder = recording_plan()
-    if recorder is not None:
-        recorder.refuse("the atomic method's fp32 rows take a new stamp every call")
+    plans.refuse("the atomic method's fp32 rows take a new stamp every call")
     return scratch
 
 

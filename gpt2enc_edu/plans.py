@@ -137,6 +137,14 @@ def active() -> Recorder | None:
     return getattr(_local, "recorder", None)
 
 
+def refuse(why: str) -> None:
+    """``Recorder.refuse`` for the recording of this thread, if one is in progress: for a step whose work a replay
+    could not repeat."""
+    recorder = active()
+    if recorder is not None:
+        recorder.refuse(why)
+
+
 class Plan:
     """A recorded call's work, replayed with ``replay(addresses, seed)`` (see the module's docstring)."""
 

@@ -116,9 +116,7 @@ def to_device(table) -> DeviceBucketTable:
     """
     if isinstance(table, DeviceBucketTable):
         return table
-    recorder = plans.active()
-    if recorder is not None:
-        recorder.refuse("a host table is copied over: its contents and the grid it sets belong to this call")
+    plans.refuse("a host table is copied over: its contents and the grid it sets belong to this call")
     cupy = cupy_module()
     counters = np.zeros(NUM_COUNTERS, dtype=np.int32)
     counters[COUNTER_NUM_BUCKETS], counters[COUNTER_NUM_UNITS] = table.num_buckets, table.num_units

@@ -157,7 +157,7 @@ def _launch_scatter(cupy, inp, BT: int, V: int, groups: int, dtype, ws, stop_aft
     if clear_counts or ws.counts_dirty:
         cupy.cuda.runtime.memsetAsync(ws.counts.data.ptr, 0, ws.counts.nbytes, stream.ptr)
         ws.counts_dirty = False
-        _refuse_plan("the scatter route's counts were cleared (a memset a replay would not need)")
+        plans.refuse("the scatter route's counts were cleared first (a memset outside the launches)")
     if steps < 1:
         return
     ws.counts_dirty = True  # until the scatter kernel is queued (a launch that fails on the way leaves it so)
@@ -186,12 +186,6 @@ def _launch_scatter(cupy, inp, BT: int, V: int, groups: int, dtype, ws, stop_aft
         recorder.on_failure(lambda: setattr(ws, "counts_dirty", True))
         if ws.counts_dirty:
             recorder.refuse("the scatter route stopped before its counts were clean")
-
-
-def _refuse_plan(why: str) -> None:
-    recorder = plans.active()
-    if recorder is not None:
-        recorder.refuse(why)
 
 
 def scatter_sort_blocks(BT: int, V: int) -> tuple[int, int]:
