@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import struct
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -200,3 +201,46 @@ def test_a_host_table_copied_over_refuses_the_recording():
         except CudaUnavailableError:  # no GPU here: the refusal came first
             pass
     assert recorder.refusals and recorder.plan({}, None) is None
+
+
+def test_threads_replaying_one_plan_never_mix_their_arguments(fake_driver):
+    """A replay rewrites the plan's argument buffers and then launches: two threads replaying one plan take turns,
+    so every launch carries the addresses and seed of the thread that launched it."""
+    out, ids, scratch = _DeviceArray(0x10000, 4096), _DeviceArray(0x20000, 512), _DeviceArray(0x90000, 256)
+    with plans.recording() as recorder:
+        _record_call(recorder, out, ids, scratch, seed=5)
+    plan = recorder.plan({"out": out, "ids": ids}, 5)
+    fake = fake_driver(_Driver())
+    fake.arg_counts = {0xF1: 4, 0xF2: 3}
+    launch = fake.cuLaunchKernelEx
+
+    def slow_launch(*args):
+        time.sleep(0.0005)  # room for another thread to rewrite the buffers, were it let in
+        return launch(*args)
+
+    launched_by = []
+
+    def slow_launch(*args):
+        time.sleep(0.0005)  # room for another thread to rewrite the buffers, were it let in
+        launched_by.append(threading.current_thread().name)
+        return launch(*args)
+
+    fake.cuLaunchKernelEx = slow_launch
+    calls = {str(t): ((0x1000_0000 * (t + 1), 0x1100_0000 * (t + 1)), t + 100) for t in range(4)}
+
+    def replay():
+        for _ in range(20):
+            plan.replay(*calls[threading.current_thread().name])
+
+    threads = [threading.Thread(target=replay, name=name) for name in calls]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    launches = [c for c in fake.calls if c[0] == "launch"]
+    assert len(launches) == 2 * 80
+    for name, (function_ptr, *_, values) in zip(launched_by, (c[1:] for c in launches)):
+        (out_address, ids_address), seed = calls[name]
+        expected = ([_q(out_address), _q(ids_address), _i32(7), _u32(seed)] if function_ptr == 0xF1
+                    else [_q(out_address + 64), _q(0x90000), _u32(seed)])
+        assert values == expected, name
