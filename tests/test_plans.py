@@ -204,7 +204,7 @@ def test_a_host_table_copied_over_refuses_the_recording():
 
 
 def test_threads_replaying_one_plan_never_mix_their_arguments(fake_driver):
-    """A replay rewrites the plan's argument buffers and then launches: two threads replaying one plan take turns,
+    """A replay rewrites the plan's argument buffers and then launches: threads replaying one plan take turns,
     so every launch carries the addresses and seed of the thread that launched it."""
     out, ids, scratch = _DeviceArray(0x10000, 4096), _DeviceArray(0x20000, 512), _DeviceArray(0x90000, 256)
     with plans.recording() as recorder:
@@ -213,10 +213,6 @@ def test_threads_replaying_one_plan_never_mix_their_arguments(fake_driver):
     fake = fake_driver(_Driver())
     fake.arg_counts = {0xF1: 4, 0xF2: 3}
     launch = fake.cuLaunchKernelEx
-
-    def slow_launch(*args):
-        time.sleep(0.0005)  # room for another thread to rewrite the buffers, were it let in
-        return launch(*args)
 
     launched_by = []
 
