@@ -15,12 +15,15 @@ Recording: ``with recording() as recorder:`` around one call. ``loader.launch``,
 with its offset) or keeps it as it is (scratch: the plan holds it alive, and replays use it again), and each
 ``numpy.uint32`` argument (the kernels take only the seed in that type) to the seed. It returns None where the call
 cannot be replayed: a step said so (``refuse``: a per-call counter, a one-off memset, a graph launched by its own
-rules), a uint32 argument that is not the seed, or named arrays that overlap (an address could not be told apart).
+rules), a uint32 argument that is not the seed, an argument ``driver.kernel_params`` cannot pack, or named arrays that
+overlap (an address could not be told apart).
 ``on_failure`` registers what must be undone where a replay stops half-way (a launch error): the plan is then spent
 and the caller records the call again.
 
 A plan is valid for the calls of the signature and stream it was recorded for, with arrays of the layout it was
-recorded with; keying it so is the caller's business (``gpt2enc_edu.torch``). Only ``replay`` touches the GPU, so the
+recorded with; keying it so is the caller's business (``gpt2enc_edu.torch_calls``). It keeps the launch choices the
+package made when it was recorded (grids, forms; ``loader.PROGRAMMATIC_LAUNCH`` is part of the adapter's key):
+``caches.clear()`` forgets every plan, and the next call records again. Only ``replay`` touches the GPU, so the
 rest is tested without one.
 """
 
@@ -84,7 +87,10 @@ class Recorder:
                 continue
             _, kernel, grid, block, shared_mem, args, stream_ptr, attribute = step
             keep.append(kernel)  # its module stays loaded while the plan may launch it
-            buffer, params = driver.kernel_params(args)
+            try:
+                buffer, params = driver.kernel_params(args)
+            except TypeError:  # an argument the driver's launch cannot take (the call itself ran through CuPy)
+                return None
             for i, arg in enumerate(args):
                 if isinstance(arg, np.uint32):
                     if seed is None or int(arg) != seed:
