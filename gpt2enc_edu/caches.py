@@ -76,10 +76,15 @@ class BoundedCache:
             if capturing:
                 self._pinned[key] = value
                 return value
-            self._entries[key] = value
-            while len(self._entries) > self.size:
-                self._entries.popitem(last=False)
+            self._keep(key, value)
             return value
+
+    def _keep(self, key, value) -> None:
+        """``value`` as the most recently used entry of ``key``, the least recently used dropped beyond the size (the
+        lock held)."""
+        self._entries[key] = value
+        while len(self._entries) > self.size:
+            self._entries.popitem(last=False)
 
     def find(self, key, capturing: bool = False):
         """The entry of ``key`` or None, made most recently used; pinned where the caller's stream is ``capturing``
@@ -93,7 +98,7 @@ class BoundedCache:
                 if capturing:
                     self._pinned[key] = value
                 else:
-                    self._entries[key] = value
+                    self._keep(key, value)
             return value
 
     def put(self, key, value) -> None:
@@ -104,9 +109,7 @@ class BoundedCache:
             if replaced is not None:
                 self._retired.append(replaced)
             self._entries.pop(key, None)
-            self._entries[key] = value
-            while len(self._entries) > self.size:
-                self._entries.popitem(last=False)
+            self._keep(key, value)
 
     def __len__(self) -> int:
         return len(self._entries) + len(self._pinned) + len(self._retired)

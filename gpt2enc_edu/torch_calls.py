@@ -36,12 +36,18 @@ def _ids_for_kernels(ids: torch.Tensor, check: bool) -> tuple[torch.Tensor, torc
     return torch.empty(ids.shape, dtype=torch.int32, device=ids.device), ids.contiguous()
 
 
-def _ids32(ids: torch.Tensor, V: int, check: bool) -> torch.Tensor:
-    """``ids`` as contiguous, aligned int32 ids, checked against ``[0, V)`` with ``check`` (``token_ids``: on the GPU
-    in a kernel, no sync); ``ids`` themselves where they need neither a copy nor a check."""
-    ids32, source = _ids_for_kernels(ids, check)
+def _write_ids32(ids32: torch.Tensor, source: torch.Tensor | None, V: int, check: bool) -> None:
+    """Write ``_ids_for_kernels``'s int32 ids from their ``source``, checked against ``[0, V)`` with ``check``
+    (``token_ids``: on the GPU in a kernel, no sync); nothing where the kernels read the ids themselves."""
     if source is not None:
         token_ids(_view(ids32), _view(source), V, check=check)
+
+
+def _ids32(ids: torch.Tensor, V: int, check: bool) -> torch.Tensor:
+    """``ids`` as contiguous, aligned int32 ids, checked with ``check`` (``_write_ids32``); ``ids`` themselves where
+    they need neither a copy nor a check."""
+    ids32, source = _ids_for_kernels(ids, check)
+    _write_ids32(ids32, source, V, check)
     return ids32
 
 
@@ -104,8 +110,7 @@ def forward(ids: torch.Tensor, wte: torch.Tensor, wpe: torch.Tensor, check_ids: 
     def work():
         # out is fresh, ids32 and the weights contiguous and aligned: the signature decides the rest.
         with on_torch_stream(wte.device):
-            if source is not None:
-                token_ids(_view(ids32), _view(source), int(wte.shape[0]), check=check_ids)
+            _write_ids32(ids32, source, int(wte.shape[0]), check_ids)
             arrays = _view(out), _view(ids32), _view(wte), _view(wpe)
             dims = _signatures.get(("forward", *signature, wte.device),
                                    lambda: validate.forward_args(*arrays[1:], arrays[0], False))
@@ -137,8 +142,7 @@ def backward(dout: torch.Tensor, ids: torch.Tensor, V: int, maxT: int, method: s
     def work():
         # dwte and dwpe are fresh, dout and ids32 contiguous and aligned: the signature decides the rest.
         with on_torch_stream(dout.device):
-            if source is not None:
-                token_ids(_view(ids32), _view(source), V, check=False)
+            _write_ids32(ids32, source, V, False)
             arrays = _view(dwte), _view(dwpe), _view(dout), _view(ids32)
             dims = _signatures.get(("backward", *signature, dout.device),
                                    lambda: validate.backward_args(*arrays, seed, method, False, bucketing)[0])
