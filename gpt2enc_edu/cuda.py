@@ -22,6 +22,8 @@ from .layout import (
     SMALL_BACKWARD_THREADS,
     WARP_SIZE,
     WPE_BLOCK_SIZE,
+    WPE_PIPELINE_STAGES,
+    WPE_PIPELINED_MAX_B,
     WTE_BLOCK_SIZE,
     bucketed_warps_grid,
     c_per_group,
@@ -56,15 +58,52 @@ def encoder_forward(out, inp, wte, wpe, B: int, T: int, C: int) -> None:
     encoder_forward_version(3, out, inp, wte, wpe, B, T, C)
 
 
-def encoder_backward_wpe(dwpe, dout, B: int, T: int, C: int, seed: int, *, blocks: int | None = None) -> None:
+#: The wpe kernel's forms (kernels/encoder_backward_wpe.cu): the same arguments, owners and sums, so the same bits on
+#: any grid. "loads" holds a thread's rows in registers, a pack at a time; "pipelined" streams them through the
+#: thread's shared-memory slots with cp.async, ``WPE_PIPELINE_STAGES`` in flight from one pack into the next.
+WPE_FORMS = {"loads": "encoder_backward_wpe_kernel", "pipelined": "encoder_backward_wpe_pipelined_kernel"}
+#: The pipelined form's dynamic shared memory: a 16-byte slot per stage and thread.
+WPE_PIPELINED_SHARED = WPE_PIPELINE_STAGES * WPE_BLOCK_SIZE * 16
+
+
+def wpe_form(B: int, beside_table: bool, facts) -> str:
+    """Which form of the wpe kernel the package launches: ``"pipelined"`` beside the scatter route's table built in
+    the call (the narrow grid, ``blocks`` given) for at most ``layout.WPE_PIPELINED_MAX_B`` sequences, on a GPU with
+    cp.async (sm_80 and newer) and room for its shared memory; else ``"loads"``."""
+    pipelined = (beside_table and B <= WPE_PIPELINED_MAX_B and facts.compute_capability >= 80
+                 and facts.shared_per_block_optin >= WPE_PIPELINED_SHARED)
+    return "pipelined" if pipelined else "loads"
+
+
+_wpe_shared_allowed: set = set()
+
+
+def encoder_backward_wpe(dwpe, dout, B: int, T: int, C: int, seed: int, *, blocks: int | None = None,
+                         form: str | None = None) -> None:
     """The wpe kernel: a thread per pack of dwpe's first T rows, or ``blocks`` blocks (at most that many) whose
-    threads walk the packs in turn. Any grid gives the same bits (each element has one owner, which adds in b
-    order)."""
-    kernel = get_kernel("encoder_backward_wpe.cu", "encoder_backward_wpe_kernel", dout.dtype)
+    threads walk the packs in turn. Any grid and either form give the same bits (each element has one owner, which
+    adds in b order). ``form``: a key of ``WPE_FORMS``, or None for ``wpe_form``'s choice (with ``blocks`` given
+    meaning beside the table)."""
+    if form is not None:
+        form = check_choice("form", form, tuple(WPE_FORMS))
+    facts = device_facts()
+    form = wpe_form(B, blocks is not None, facts) if form is None else form
+    kernel = get_kernel("encoder_backward_wpe.cu", WPE_FORMS[form], dout.dtype)
     grid = ceil_div(T * C // pack_size(dout.dtype), WPE_BLOCK_SIZE)
     if blocks is not None:
         grid = min(grid, blocks)
-    launch(kernel, grid, WPE_BLOCK_SIZE, (dwpe, dout, np.int32(B), np.int32(T), np.int32(C), np.uint32(seed)))
+    shared = 0
+    if form == "pipelined":
+        shared = WPE_PIPELINED_SHARED
+        allowed = (cupy_module().cuda.Device().id, kernel.kernel.ptr)
+        if allowed not in _wpe_shared_allowed:  # beyond 48 KB a kernel must opt in, once per loaded function
+            if facts.shared_per_block_optin < shared:
+                raise RuntimeError(f"the pipelined wpe form needs {shared} bytes of shared memory a block; this GPU "
+                                   f"gives at most {facts.shared_per_block_optin}")
+            kernel.max_dynamic_shared_size_bytes = shared
+            _wpe_shared_allowed.add(allowed)
+    launch(kernel, grid, WPE_BLOCK_SIZE, (dwpe, dout, np.int32(B), np.int32(T), np.int32(C), np.uint32(seed)),
+           shared_mem=shared)
 
 
 #: The bucketed kernel's "warps_prefetch" form asks L2 for the dout rows of a big bucket before summing them; the

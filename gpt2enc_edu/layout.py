@@ -27,6 +27,14 @@ WPE_BLOCK_SIZE = 1024
 WPE_SM_SHARE_BESIDE_TABLE = 3 / 8
 
 
+#: Beside that table the wpe kernel takes its pipelined form for batches of at most this many sequences (the form
+#: keeps a thread's reads in flight from one pack into the next); at B=64 it made the call slower. Why this bound:
+#: docs/experiments.md, wpe kernel: "the pipelined form beside the table".
+WPE_PIPELINED_MAX_B = 32
+#: The pipelined form's cp.async copies in flight per thread, and so its shared-memory slots.
+WPE_PIPELINE_STAGES = _KERNEL["WPE_PIPELINE_STAGES"]
+
+
 def wpe_blocks_beside_table(sm_count: int) -> int:
     """Blocks of the wpe kernel beside the scatter route's table built in the same call:
     ``WPE_SM_SHARE_BESIDE_TABLE`` of the SMs, at least one (49 of an H200's 132)."""

@@ -125,6 +125,7 @@ class DeviceFacts:
     compute_capability: int  # major * 10 + minor: 90 for an H100 or H200
     sm_count: int
     l2_cache_bytes: int
+    shared_per_block_optin: int  # the most shared memory a block may ask for (dynamic, once a kernel opts in)
 
 
 _device_facts: dict = {}
@@ -139,7 +140,8 @@ def device_facts() -> DeviceFacts:
         attributes = device.attributes
         _device_facts[device.id] = DeviceFacts(compute_capability=int(device.compute_capability),
                                                sm_count=int(attributes["MultiProcessorCount"]),
-                                               l2_cache_bytes=int(attributes["L2CacheSize"]))
+                                               l2_cache_bytes=int(attributes["L2CacheSize"]),
+                                               shared_per_block_optin=int(attributes["MaxSharedMemoryPerBlockOptin"]))
     return _device_facts[device.id]
 
 

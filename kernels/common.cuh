@@ -8,6 +8,7 @@
 //   load128 / load128cs    plain and streaming ("evict first") 16-byte loads
 //   prefetch_l2            ask L2 for a range of bytes without waiting for it
 //   copy16_async / wait_async_copies   16 bytes from global to shared memory without a register (sm_80+)
+//   copy16_to_shared                   the same, through a register below sm_80
 //   commit_async_copies / wait_async_copies_but<N>   the same copies in groups, for stages kept in flight
 //   store128               plain 16-byte store
 //   wait_for_previous_grid / allow_next_grid   the two halves of a programmatic dependent launch (sm_90+)
@@ -107,6 +108,16 @@ __device__ __forceinline__ void copy16_async(void* shared_target, const void* gl
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     unsigned int target = (unsigned int)__cvta_generic_to_shared(shared_target);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(target), "l"(global_source) : "memory");
+#endif
+}
+
+// The same 16 bytes on any architecture: copy16_async from sm_80 on, below it a plain load and store through a
+// register (done when it returns). For a pipelined kernel that must stay correct where there is no cp.async.
+__device__ __forceinline__ void copy16_to_shared(void* shared_target, const void* global_source) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    copy16_async(shared_target, global_source);
+#else
+    *reinterpret_cast<int4*>(shared_target) = *reinterpret_cast<const int4*>(global_source);
 #endif
 }
 

@@ -16,6 +16,9 @@
 #define FORWARD_ROWS 8
 #define ATOMIC_ROWS 8
 
+// The wpe kernel's pipelined form: cp.async copies of dout each thread keeps in flight (its shared-memory slots).
+#define WPE_PIPELINE_STAGES 8
+
 // The bucketed wte kernels (encoder_backward_wte_bucketed.cu): threads per block; 8 warps share one bucket.
 #define WTE_BLOCK_SIZE 256
 

@@ -25,6 +25,7 @@ import numpy as np  # noqa: E402
 import gpt2enc_edu as enc  # noqa: E402
 from gpt2enc_edu import compare, reference, validate  # noqa: E402
 from gpt2enc_edu.buckets import reorder_buckets  # noqa: E402
+from gpt2enc_edu.cuda import WPE_FORMS  # noqa: E402
 from gpt2enc_edu.methods import METHODS, one_launch_backward  # noqa: E402
 from gpt2enc_edu.problems import count_poison, poisoned, random_problem  # noqa: E402
 from gpt2enc_edu.rounding import bfloat16  # noqa: E402
@@ -221,9 +222,9 @@ def atomic_fp32_plain_case(name: str, shape, dtype) -> Case:
 
 
 def wpe_grid_case(name: str, shape, dtype) -> Case:
-    """The wpe kernel on grids smaller than a thread per pack (1 and 2 blocks: each thread walks several packs,
-    as beside the scatter route's table built in the call, where the package gives it a share of the SMs), against
-    the mirror."""
+    """Both forms of the wpe kernel on grids smaller than a thread per pack (1 and 2 blocks: each thread walks
+    several packs, as beside the scatter route's table built in the call, where the package gives it a share of the
+    SMs), against the mirror."""
 
     def run(check: bool) -> str | None:
         import cupy
@@ -232,21 +233,22 @@ def wpe_grid_case(name: str, shape, dtype) -> Case:
 
         p = problem(name, shape, dtype)
         seed = zlib.crc32(name.encode()) ^ 0x5EED
-        for blocks in (1, 2):
-            got = cupy.asarray(p.dwpe)
-            cuda.encoder_backward_wpe(got, cupy.asarray(p.dout), p.B, p.T, p.C, seed, blocks=blocks)
-            cupy.cuda.Device().synchronize()
-            if not check:
-                continue
-            want = p.dwpe.copy()
-            mirror.encoder_backward_wpe(want, p.dout, p.B, p.T, p.C, seed)
-            if not compare.bitwise_equal(got.get(), want):
-                wrong = compare.count_bit_differences(got.get(), want)
-                return f"{blocks} block(s): {wrong} elements differ from the mirror"
+        for form in cuda.WPE_FORMS:
+            for blocks in (1, 2):
+                got = cupy.asarray(p.dwpe)
+                cuda.encoder_backward_wpe(got, cupy.asarray(p.dout), p.B, p.T, p.C, seed, blocks=blocks, form=form)
+                cupy.cuda.Device().synchronize()
+                if not check:
+                    continue
+                want = p.dwpe.copy()
+                mirror.encoder_backward_wpe(want, p.dout, p.B, p.T, p.C, seed)
+                if not compare.bitwise_equal(got.get(), want):
+                    wrong = compare.count_bit_differences(got.get(), want)
+                    return f"{form} form, {blocks} block(s): {wrong} elements differ from the mirror"
         return None
 
-    return Case(name, run, "encoder_backward_wpe_kernel on 1 and 2 blocks (threads walk the packs in turn)",
-                frozenset({"encoder_backward_wpe_kernel"}))
+    return Case(name, run, "both wpe kernel forms on 1 and 2 blocks (threads walk the packs in turn)",
+                frozenset(WPE_FORMS.values()))
 
 
 def route_case(name: str, shape, dtype, route: str) -> Case:

@@ -75,7 +75,7 @@ class _FakeDevice:
 
     reads: dict = {}
     current = 0
-    specs = {0: (90, 132, 60 * 2**20), 1: (80, 108, 40 * 2**20)}
+    specs = {0: (90, 132, 60 * 2**20, 227 * 2**10), 1: (80, 108, 40 * 2**20, 163 * 2**10)}
 
     def __init__(self):
         self.id = _FakeDevice.current
@@ -84,8 +84,9 @@ class _FakeDevice:
     @property
     def attributes(self):
         _FakeDevice.reads[self.id] = _FakeDevice.reads.get(self.id, 0) + 1
-        cc, sms, l2 = self.specs[self.id]
-        return {"MultiProcessorCount": sms, "L2CacheSize": l2, "MaxThreadsPerBlock": 1024}
+        cc, sms, l2, shared = self.specs[self.id]
+        return {"MultiProcessorCount": sms, "L2CacheSize": l2, "MaxSharedMemoryPerBlockOptin": shared,
+                "MaxThreadsPerBlock": 1024}
 
 
 def test_device_facts_are_read_once_per_device(monkeypatch):
@@ -96,7 +97,8 @@ def test_device_facts_are_read_once_per_device(monkeypatch):
     for device in (0, 1, 0, 1, 0):
         monkeypatch.setattr(_FakeDevice, "current", device)
         facts = loader.device_facts()
-        assert (facts.compute_capability, facts.sm_count, facts.l2_cache_bytes) == _FakeDevice.specs[device]
+        assert (facts.compute_capability, facts.sm_count, facts.l2_cache_bytes,
+                facts.shared_per_block_optin) == _FakeDevice.specs[device]
         assert loader.programmatic_launch_supported() == (device == 0)  # sm_90 and newer
     assert _FakeDevice.reads == {0: 1, 1: 1}
 
@@ -112,14 +114,14 @@ def test_chunk_walk_stages_rows_only_where_the_grid_fits_in_one_wave(monkeypatch
         return 6
 
     monkeypatch.setattr(cuda, "blocks_per_sm", staged_blocks)
-    monkeypatch.setattr(cuda, "device_facts", lambda: loader.DeviceFacts(90, 132, 60 * 2**20))
+    monkeypatch.setattr(cuda, "device_facts", lambda: loader.DeviceFacts(90, 132, 60 * 2**20, 227 * 2**10))
     one_wave_units = 6 * 132 // 3 * 8  # C = 768 in bf16: 3 channel groups; 8 units (warps) per block
     assert cuda.chunk_walk(1, 768, bfloat16) == "staged"
     assert cuda.chunk_walk(one_wave_units, 768, bfloat16) == "staged"
     assert cuda.chunk_walk(one_wave_units + 1, 768, bfloat16) == "registers"
     assert cuda.chunk_walk(one_wave_units, 264, bfloat16) == "staged"  # 1 channel group: 3 times the units fit
     assert cuda.chunk_walk(3 * one_wave_units + 1, 264, bfloat16) == "registers"
-    monkeypatch.setattr(cuda, "device_facts", lambda: loader.DeviceFacts(75, 40, 4 * 2**20))
+    monkeypatch.setattr(cuda, "device_facts", lambda: loader.DeviceFacts(75, 40, 4 * 2**20, 64 * 2**10))
     assert cuda.chunk_walk(1, 768, bfloat16) == "registers"
 
 
