@@ -26,6 +26,7 @@ import gpt2enc_edu as enc  # noqa: E402
 from gpt2enc_edu import compare, reference, validate  # noqa: E402
 from gpt2enc_edu.buckets import reorder_buckets  # noqa: E402
 from gpt2enc_edu.cuda import WPE_FORMS  # noqa: E402
+from gpt2enc_edu.layout import WPE_PIPELINED_MAX_B  # noqa: E402
 from gpt2enc_edu.methods import METHODS, one_launch_backward  # noqa: E402
 from gpt2enc_edu.problems import count_poison, poisoned, random_problem  # noqa: E402
 from gpt2enc_edu.rounding import bfloat16  # noqa: E402
@@ -94,9 +95,14 @@ def backward_kernels(method: str, dtype, shape, bucketing: str | None) -> frozen
     # chunked: the combine kernel, and one of the chunk kernel's two forms, which the package picks on the GPU
     # (cuda.chunk_walk); the chunk-walk cases launch each form by name. bucketed: one of the warps forms, which the
     # package picks on the GPU by dout's size (cuda.bucketed_form); the bucketed-form cases launch each by name.
+    # The wpe kernel: beside the scatter route's table built in the call, for small batches, one of its two forms,
+    # which the package picks on the GPU (cuda.wpe_form); the wpe-grid cases launch each form by name.
     wte = {"encoder_backward_wte_chunk_combine_kernel"} if method == "chunked" else set()
-    bucketing_kernels = route_kernels_for(B * T, V) if bucketing in ("gpu", "auto", None) else set()
-    return frozenset({"encoder_backward_wpe_kernel", *wte, *bucketing_kernels})
+    table_in_call = bucketing in ("gpu", "auto", None)
+    bucketing_kernels = route_kernels_for(B * T, V) if table_in_call else set()
+    either_form = table_in_call and bucketing_kernels == ROUTE_KERNELS["scatter"] and B <= WPE_PIPELINED_MAX_B
+    wpe = set() if either_form else {"encoder_backward_wpe_kernel"}
+    return frozenset({*wpe, *wte, *bucketing_kernels})
 
 
 def table_places() -> tuple[str | None, ...]:
