@@ -65,6 +65,18 @@ def test_a_block_shows_the_rows_it_is_given(committed):
     assert cells[-1] == expected
 
 
+def test_the_two_reads_bound_is_the_floor_over_the_floor_and_one_more_read_of_dout(committed):
+    """A chunked call of floor 10 µs whose minimal bytes are dout twice over: one more read of dout costs 5 µs at
+    the floor's rate, so a call that reads dout twice reaches at most 10 / 15 of the floor."""
+    rows, meta = copy.deepcopy(committed)
+    row = next(r for r in rows if (r["case"], r["ids"], r["B"]) == ("chunked_gpu", "uniform", 64))
+    dout_bytes = row["B"] * row["T"] * row["C"] * {"bf16": 2, "fp32": 4}[row["dtype"]]
+    row["floor_us"], row["minimal_bytes"] = 10.0, 2 * dout_bytes
+    block = perfdoc.blocks(rows, meta)["backward"]
+    line = next(ln for ln in block.splitlines() if ln.startswith("| the most of the floor a call that reads"))
+    assert [c.strip() for c in line.strip("|").split("|")][-1].startswith("67 / ")
+
+
 def test_update_text_rewrites_only_between_the_markers():
     start, end = perfdoc.markers("forward")
     text = f"before\n{start}\nold table\n{end}\nafter\n"

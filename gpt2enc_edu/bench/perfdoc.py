@@ -127,6 +127,24 @@ def _table_cost(by_key: dict, kinds, B: int) -> str:
     return _difference(by_key, "chunked_gpu", "chunked_ahead", kinds, B)
 
 
+#: Bytes per stored element of the bench's dtypes.
+_ITEMSIZE = {"bf16": 2, "fp32": 4}
+
+
+def _two_reads_bound(by_key: dict, kinds, B: int) -> str:
+    """The most of the floor a backward that reads all of dout twice can reach, even at the copy rate: the floor
+    over the floor plus one more read of dout (the chunked call's floor; dout is B*T*C elements)."""
+    shares = []
+    for k in kinds:
+        r = by_key.get(("chunked_gpu", k, B))
+        if r is None or r["floor_us"] is None or r["dtype"] not in _ITEMSIZE:
+            return "-"
+        dout_bytes = r["B"] * r["T"] * r["C"] * _ITEMSIZE[r["dtype"]]
+        second_read_us = r["floor_us"] * dout_bytes / r["minimal_bytes"]  # at the rate the floor is counted at
+        shares.append(100 * r["floor_us"] / (r["floor_us"] + second_read_us))
+    return " / ".join(_pct(share) for share in shares) + "%"
+
+
 def blocks(rows, meta: dict | None = None) -> dict[str, str]:
     """Every named block of performance.md, rendered from ``rows`` (``results.csv``) and ``meta`` (``meta.json``)."""
     rows = list(rows)
@@ -160,6 +178,7 @@ def blocks(rows, meta: dict | None = None) -> dict[str, str]:
             ("the table's cost inside the chunked call (in the call − built ahead)", _table_cost),
             ("PyTorch's deterministic backward over the default",
              lambda by_key, kinds, B: _ratio(by_key, "torch_backward_det", "chunked_gpu", kinds, B)),
+            ("the most of the floor a call that reads dout twice can reach", _two_reads_bound),
         ]),
         "atomic": _table(rows, [
             ("atomic, fp32 accumulation", "atomic_fp32"),
