@@ -7,7 +7,8 @@ that a kernel runs *inside* a thread (over ``b``, over a bucket's items, over wa
 loops here, so the order of every sum is the kernel's order.
 
 * ``encoder_forward`` <-> ``encoder_forward_kernel``
-* ``encoder_backward_wpe`` <-> ``encoder_backward_wpe_kernel``
+* ``encoder_backward_wpe`` <-> ``encoder_backward_wpe_kernel``, and its pipelined form
+  (``..._pipelined_kernel``), which moves the rows through shared memory and adds the same rows in the same order
 * ``encoder_backward_wte_bucketed`` <-> ``encoder_backward_wte_bucketed_kernel`` (llm.c's form) and
   ``encoder_backward_wte_bucketed_warps_kernel`` (the package's launch). In the warps form one warp sums a
   small bucket, and does so with the block's fp32 operations in the block's order (the kernel file says why
