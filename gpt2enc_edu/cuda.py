@@ -75,9 +75,6 @@ def wpe_form(B: int, beside_table: bool, facts) -> str:
     return "pipelined" if pipelined else "loads"
 
 
-_wpe_shared_allowed: set = set()
-
-
 def encoder_backward_wpe(dwpe, dout, B: int, T: int, C: int, seed: int, *, blocks: int | None = None,
                          form: str | None = None) -> None:
     """The wpe kernel: a thread per pack of dwpe's first T rows, or ``blocks`` blocks (at most that many) whose
@@ -86,22 +83,12 @@ def encoder_backward_wpe(dwpe, dout, B: int, T: int, C: int, seed: int, *, block
     meaning beside the table)."""
     if form is not None:
         form = check_choice("form", form, tuple(WPE_FORMS))
-    facts = device_facts()
-    form = wpe_form(B, blocks is not None, facts) if form is None else form
+    form = wpe_form(B, blocks is not None, device_facts()) if form is None else form
     kernel = get_kernel("encoder_backward_wpe.cu", WPE_FORMS[form], dout.dtype)
     grid = ceil_div(T * C // pack_size(dout.dtype), WPE_BLOCK_SIZE)
     if blocks is not None:
         grid = min(grid, blocks)
-    shared = 0
-    if form == "pipelined":
-        shared = WPE_PIPELINED_SHARED
-        allowed = (cupy_module().cuda.Device().id, kernel.kernel.ptr)
-        if allowed not in _wpe_shared_allowed:  # beyond 48 KB a kernel must opt in, once per loaded function
-            if facts.shared_per_block_optin < shared:
-                raise RuntimeError(f"the pipelined wpe form needs {shared} bytes of shared memory a block; this GPU "
-                                   f"gives at most {facts.shared_per_block_optin}")
-            kernel.max_dynamic_shared_size_bytes = shared
-            _wpe_shared_allowed.add(allowed)
+    shared = WPE_PIPELINED_SHARED if form == "pipelined" else 0
     launch(kernel, grid, WPE_BLOCK_SIZE, (dwpe, dout, np.int32(B), np.int32(T), np.int32(C), np.uint32(seed)),
            shared_mem=shared)
 

@@ -8,8 +8,8 @@
 * ``compile_source`` compiles any source text with the same options (the course compiles a learner's
   kernel through it, so it sees exactly the headers and flags of the real one).
 * ``device_facts`` reads what launch choices depend on (compute capability, SMs, L2 size) once per device.
-* Every launch goes through ``launch``, which refuses an empty grid and surfaces launch errors as
-  ``RuntimeError``, and every event that orders two streams through ``record_event`` and ``wait_event``: all three
+* Every launch goes through ``launch``, which refuses an empty grid, opts a kernel in to more than 48 KB of dynamic
+  shared memory where it asks for that, and surfaces launch errors as ``RuntimeError``, and every event that orders two streams through ``record_event`` and ``wait_event``: all three
   tell a recording ``plans.Recorder`` what they did, so that a call's work can be replayed.
   ``launch(..., after_kernel=True)`` launches a kernel as a *programmatic dependent* of the kernel before it on the
   stream (sm_90 and newer; see ``launch``), through the driver's ``cuLaunchKernelEx``, which CuPy does not expose
@@ -163,6 +163,9 @@ def launch(kernel, grid, block: int, args: tuple, *, shared_mem: int = 0, after_
     read and write stays as with a plain launch, so the bits do too. Below sm_90, or with ``PROGRAMMATIC_LAUNCH``
     off, it is a plain launch (and the two device calls do nothing).
 
+    ``shared_mem`` beyond ``SHARED_WITHOUT_OPT_IN`` (48 KB) opts the kernel in to that much first, once per loaded
+    function, or raises RuntimeError where the device cannot give it.
+
     (Errors inside a running kernel surface at the next synchronising call, as CUDA reports them. Kernels
     of ``COOPERATIVE_FILES`` are launched cooperatively, which fails here if the grid cannot be co-resident.)
     """
@@ -170,6 +173,8 @@ def launch(kernel, grid, block: int, args: tuple, *, shared_mem: int = 0, after_
     grid = tuple(int(g) for g in grid) if isinstance(grid, tuple) else (int(grid),)
     if min(grid) <= 0 or block <= 0:
         raise RuntimeError(f"refusing to launch {name} with grid={grid}, block={block}")
+    if shared_mem > SHARED_WITHOUT_OPT_IN:
+        _opt_in_shared(kernel, shared_mem)
     programmatic = after_kernel and PROGRAMMATIC_LAUNCH and programmatic_launch_supported()
     try:
         if programmatic:
@@ -185,6 +190,27 @@ def launch(kernel, grid, block: int, args: tuple, *, shared_mem: int = 0, after_
         attribute = (driver.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION if programmatic
                      else driver.CU_LAUNCH_ATTRIBUTE_COOPERATIVE if kernel.enable_cooperative_groups else None)
         recorder.kernel(kernel, grid, block, shared_mem, args, cupy_module().cuda.get_current_stream().ptr, attribute)
+
+
+#: The dynamic shared memory a block may ask for without its kernel opting in (every GPU CUDA 13 targets); beyond it,
+#: up to ``DeviceFacts.shared_per_block_optin``, the kernel must first raise its own limit.
+SHARED_WITHOUT_OPT_IN = 48 * 1024
+#: The shared memory each loaded kernel has opted in to, by (device, CUfunction): the attribute is set once.
+_shared_opted_in: dict = {}
+
+
+def _opt_in_shared(kernel, shared_mem: int) -> None:
+    """Let ``kernel`` ask for ``shared_mem`` bytes of dynamic shared memory a block (once per loaded function and
+    device); RuntimeError, before anything is launched, where the device cannot give that much."""
+    key = (cupy_module().cuda.Device().id, kernel.kernel.ptr)
+    if _shared_opted_in.get(key, 0) >= shared_mem:
+        return
+    most = device_facts().shared_per_block_optin
+    if shared_mem > most:
+        raise RuntimeError(f"{kernel.name} needs {shared_mem} bytes of shared memory a block; this GPU gives at most "
+                           f"{most}")
+    kernel.max_dynamic_shared_size_bytes = shared_mem
+    _shared_opted_in[key] = shared_mem
 
 
 def record_event(event, stream) -> None:

@@ -132,3 +132,42 @@ def test_chunked_wte_refuses_an_unknown_walk_before_touching_anything(walk, erro
 
     with pytest.raises(error, match="walk"):
         cuda.encoder_backward_wte_chunked(None, None, None, 768, 1, walk=walk)
+
+
+class _FakeKernel:
+    """Stands in for a ``cupy.RawKernel``: counts the launches and each raise of its shared-memory limit."""
+
+    def __init__(self, ptr: int):
+        self.name, self.kernel, self.enable_cooperative_groups = f"kernel_{ptr}", type("F", (), {"ptr": ptr})(), False
+        self.launches, self.limits = [], []
+
+    @property
+    def max_dynamic_shared_size_bytes(self):
+        return self.limits[-1] if self.limits else 0
+
+    @max_dynamic_shared_size_bytes.setter
+    def max_dynamic_shared_size_bytes(self, value):
+        self.limits.append(value)
+
+    def __call__(self, grid, block, args, shared_mem=0):
+        assert shared_mem <= loader.SHARED_WITHOUT_OPT_IN or shared_mem <= self.max_dynamic_shared_size_bytes
+        self.launches.append(shared_mem)
+
+
+def test_a_launch_beyond_48_kb_of_shared_memory_opts_the_kernel_in_once(monkeypatch):
+    """Up to 48 KB a launch asks nothing; beyond it the kernel raises its limit first, once per loaded function and
+    device and again only for more; beyond the device's most, nothing is launched."""
+    fake_cupy = type("cupy", (), {"cuda": type("cuda", (), {"Device": _FakeDevice})})
+    monkeypatch.setattr(loader, "cupy_module", lambda: fake_cupy)
+    monkeypatch.setattr(loader, "_device_facts", {})
+    monkeypatch.setattr(loader, "_shared_opted_in", {})
+    monkeypatch.setattr(_FakeDevice, "current", 1)  # 163 KB a block at most
+    kernel, other = _FakeKernel(0x1000), _FakeKernel(0x2000)
+    for shared in (0, 48 * 1024, 128 * 1024, 128 * 1024, 64 * 1024, 160 * 1024):
+        loader.launch(kernel, 4, 256, (), shared_mem=shared)
+    assert kernel.limits == [128 * 1024, 160 * 1024]
+    loader.launch(other, 4, 256, (), shared_mem=128 * 1024)
+    assert other.limits == [128 * 1024]  # its own attribute: another loaded function
+    with pytest.raises(RuntimeError, match="needs 200704 bytes of shared memory a block; this GPU gives at most"):
+        loader.launch(kernel, 4, 256, (), shared_mem=196 * 1024)
+    assert kernel.launches == [0, 48 * 1024, 128 * 1024, 128 * 1024, 64 * 1024, 160 * 1024]  # not the refused one
