@@ -9,8 +9,9 @@
   kernel through it, so it sees exactly the headers and flags of the real one).
 * ``device_facts`` reads what launch choices depend on (compute capability, SMs, L2 size) once per device.
 * Every launch goes through ``launch``, which refuses an empty grid, opts a kernel in to more than 48 KB of dynamic
-  shared memory where it asks for that, and surfaces launch errors as ``RuntimeError``, and every event that orders two streams through ``record_event`` and ``wait_event``: all three
-  tell a recording ``plans.Recorder`` what they did, so that a call's work can be replayed.
+  shared memory where it asks for that, and surfaces launch errors as ``RuntimeError``; every event that orders two
+  streams goes through ``record_event`` and ``wait_event``. All three tell a recording ``plans.Recorder`` what they
+  did, so that a call's work can be replayed.
   ``launch(..., after_kernel=True)`` launches a kernel as a *programmatic dependent* of the kernel before it on the
   stream (sm_90 and newer; see ``launch``), through the driver's ``cuLaunchKernelEx``, which CuPy does not expose
   (``driver.py`` calls it).
