@@ -158,6 +158,66 @@ def test_summarize_rejects(bad):
         timer.summarize(bad)
 
 
+class _Clock:
+    """A stand-in for ``time.perf_counter`` that moves only when a timed call says how long it took."""
+
+    def __init__(self):
+        self.now, self.calls, self.syncs = 0.0, [], 0
+
+    def call(self, name: str, seconds: float):
+        def fn():
+            self.calls.append(name)
+            self.now += seconds
+        return fn
+
+    def sync(self):
+        self.syncs += 1
+
+
+def test_calls_timed_in_turn_each_get_their_own_time_in_a_rotating_order(monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(timer.time, "perf_counter", lambda: clock.now)
+    costs = {"a": 1.0, "b": 2.0, "c": 4.0}
+    got = timer.time_synchronised_in_turn({n: clock.call(n, c) for n, c in costs.items()}, clock.sync, warmup=2,
+                                          repeats=4)
+    assert got == {n: [c] * 4 for n, c in costs.items()}  # a call's time holds nothing of the others'
+    assert clock.calls[:6] == ["a", "a", "b", "b", "c", "c"]  # the warm-up calls, each call's in a row
+    assert clock.calls[6:] == list("abc" "bca" "cab" "abc")  # each repeat starts one further along
+    assert clock.syncs == 1 + 12  # once after the warm-up, then after every timed call
+    assert timer.time_synchronised(clock.call("d", 0.5), clock.sync, warmup=0, repeats=3) == [0.5] * 3
+    with pytest.raises(ValueError, match="repeats must be"):
+        timer.time_synchronised_in_turn({"a": clock.call("a", 1.0)}, clock.sync, warmup=0, repeats=0)
+
+
+def test_the_steps_of_a_workload_are_timed_together_and_torn_down_in_reverse(monkeypatch):
+    """A step whose setup raises is reported and the others are timed; every teardown runs, the last set up first
+    (each restores what its own setup found, the deterministic-algorithms flag among them)."""
+    clock, torn = _Clock(), []
+    monkeypatch.setattr(timer.time, "perf_counter", lambda: clock.now)
+
+    def setup_of(name, seconds):
+        if seconds is None:
+            def setup(w):
+                raise RuntimeError("no CUDA graphs here")
+        else:
+            def setup(w):
+                return cases.Timed(clock.call(name, seconds), None, teardown=lambda: torn.append(name))
+        return setup
+
+    steps = [cases.Case(n, n, "step", None, setup_of(n, c)) for n, c in (("s1", 3e-4), ("s2", None), ("s3", 2e-4))]
+    runtime = type("runtime", (), {"deviceSynchronize": staticmethod(clock.sync)})
+    session = type("Session", (), {"cp": type("cp", (), {"cuda": type("cuda", (), {"runtime": runtime})}),
+                                   "copy_rate": 3e12})()
+    w = type("Workload", (), dict(kind="zipf", B=8, T=1024, C=768, V=50257, distinct=2484))()
+    rows, failures = run.time_steps(session, run.BenchConfig.quick_config(), steps, w)
+    assert [(r["case"], r["median_us"], r["timer"], r["B"]) for r in rows] == [
+        ("s1", pytest.approx(300.0), "perf_counter", 8), ("s3", pytest.approx(200.0), "perf_counter", 8)]
+    assert failures == [dict(case="s2", ids="zipf", B=8, error="RuntimeError: no CUDA graphs here")]
+    assert torn == ["s3", "s1"]
+    with pytest.raises(ValueError, match="time_steps times the steps"):
+        run.time_case(session, run.BenchConfig.quick_config(), steps[0], w)
+
+
 def test_format_time():
     assert tables.format_time_us(1.234) == "1.23 us"
     assert tables.format_time_us(456.4) == "456 us"

@@ -18,9 +18,11 @@ real GPT-2 text):
 * ``host``: building the bucket table alone (``make_buckets``, NumPy), with ``time.perf_counter``;
 * ``step``, with PyTorch as for ``torch``: a training step of the encoder as the host sees it, forward and backward
   into fresh gradients, timed with ``time.perf_counter`` around a call that starts and ends with the GPU idle
-  (``timer.time_synchronised``): through ``gpt2enc_edu.torch.GPT2Embedding`` eagerly (``adapter_step``) and as
-  a replay of a CUDA graph of it (``adapter_step_graph``), and through ``nn.Embedding`` + wpe with deterministic
-  algorithms off and on (``torch_step``, ``torch_step_det``).
+  (``timer.time_synchronised_in_turn``: the steps of one workload are timed in turn, so that they compare):
+  through ``gpt2enc_edu.torch.GPT2Embedding`` eagerly (``adapter_step``) and as a replay of a CUDA graph of it
+  (``adapter_step_graph``), and through ``nn.Embedding`` + wpe with deterministic algorithms off and on
+  (``torch_step``, ``torch_step_det``). Each eager step sets the deterministic-algorithms flag it is timed with
+  as it starts (a call of about a microsecond in every eager step), since the others run in between.
 """
 
 from __future__ import annotations
@@ -288,6 +290,7 @@ def _step(w: Workload, forward=None, deterministic: bool = False):
         forward = lambda ids, wte, wpe: module(ids)  # noqa: E731
 
     def call():
+        torch.use_deterministic_algorithms(deterministic)  # the other steps of the workload run in between
         wte.grad = wpe.grad = None
         forward(t.ids, wte, wpe).backward(t.dout)
 

@@ -2,8 +2,8 @@
 
 ``run_benchmark(config)`` needs CuPy and a CUDA GPU. It measures the copy rate once (``timer.measure_copy_rate``,
 the floor of every row), makes one set of weights and gradients, then for each id kind and batch size makes the
-ids and times every case of ``config`` (``cases.CASES``). A case that raises is reported, not hidden, and the run
-goes on.
+ids and times every case of ``config`` (``cases.CASES``), the ``step`` cases of a workload in turn
+(``time_steps``). A case that raises is reported, not hidden, and the run goes on.
 """
 
 from __future__ import annotations
@@ -28,7 +28,15 @@ from ..validate import check_int
 from .cases import C_GPT2, CASE_NAMES, CASES_BY_NAME, ID_KINDS, T_GPT2, TORCH_FAMILIES, Case, TorchSide, Workload
 from .floor import distinct_ids
 from .report import Results, make_row
-from .timer import COPY_BYTES, GpuTimer, Summary, measure_copy_rate, summarize, time_make_buckets, time_synchronised
+from .timer import (
+    COPY_BYTES,
+    GpuTimer,
+    Summary,
+    measure_copy_rate,
+    summarize,
+    time_make_buckets,
+    time_synchronised_in_turn,
+)
 
 BATCH_SIZES = (1, 4, 8, 16, 32, 64)
 QUICK_BATCH_SIZES = (1, 64)
@@ -174,29 +182,61 @@ def make_workload(s: Session, config: BenchConfig, kind: str, B: int) -> Workloa
     return w
 
 
+def _common(s: Session, w: Workload) -> dict:
+    return dict(ids=w.kind, B=w.B, T=w.T, C=w.C, V=w.V, dtype_name="bf16", distinct=w.distinct, copy_rate=s.copy_rate)
+
+
 def time_case(s: Session, config: BenchConfig, case: Case, w: Workload) -> dict:
-    """Time one case on one workload; its result row."""
-    common = dict(ids=w.kind, B=w.B, T=w.T, C=w.C, V=w.V, dtype_name="bf16", distinct=w.distinct,
-                  copy_rate=s.copy_rate)
+    """Time one case on one workload (any family but ``step``: ``time_steps``); its result row."""
     if case.family == "host":
         samples = time_make_buckets(w.inp_host, w.C, bfloat16, repeats=config.host_repeats)
-        return make_row(case, seconds=summarize(samples), timer="perf_counter", host_gap_frac=None, **common)
+        return make_row(case, seconds=summarize(samples), timer="perf_counter", host_gap_frac=None, **_common(s, w))
+    if case.family == "step":
+        raise ValueError(f"{case.name} is a step case: time_steps times the steps of a workload together")
     s.cp.cuda.runtime.deviceSynchronize()
     timed = case.setup(w)
     try:
-        if case.family == "step":  # host-timed around synchronised calls: no GPU timer, no L2 flush
-            samples = time_synchronised(timed.fn, s.cp.cuda.runtime.deviceSynchronize, warmup=config.warmup,
-                                        repeats=config.repeats)
-        else:
-            samples, gap = s.timer.time(timed.fn, timed.stream, warmup=config.warmup, repeats=config.repeats,
-                                        host_sync=case.host_sync)
+        samples, gap = s.timer.time(timed.fn, timed.stream, warmup=config.warmup, repeats=config.repeats,
+                                    host_sync=case.host_sync)
     finally:
         if timed.teardown is not None:
             timed.teardown()
     s.cp.cuda.runtime.deviceSynchronize()
-    if case.family == "step":
-        return make_row(case, seconds=summarize(samples), timer="perf_counter", host_gap_frac=None, **common)
-    return make_row(case, seconds=summarize(samples), timer="cuda-events", host_gap_frac=gap, **common)
+    return make_row(case, seconds=summarize(samples), timer="cuda-events", host_gap_frac=gap, **_common(s, w))
+
+
+def time_steps(s: Session, config: BenchConfig, steps: list[Case], w: Workload) -> tuple[list[dict], list[dict]]:
+    """Time the ``step`` cases of one workload in turn (``timer.time_synchronised_in_turn``: host time around
+    synchronised calls, no GPU timer, no L2 flush), so that their medians compare; (their rows, a failure for each
+    case whose setup or calls raised)."""
+    timed, failures = {}, []
+
+    def failed(case: Case, exc: Exception) -> None:
+        failures.append(dict(case=case.name, ids=w.kind, B=w.B, error=f"{type(exc).__name__}: {exc}"))
+
+    s.cp.cuda.runtime.deviceSynchronize()
+    samples = {}
+    try:
+        for case in steps:
+            try:
+                timed[case.name] = case.setup(w)
+            except Exception as exc:  # reported, and the other steps are still timed
+                failed(case, exc)
+        try:
+            samples = time_synchronised_in_turn({name: t.fn for name, t in timed.items()},
+                                                s.cp.cuda.runtime.deviceSynchronize, warmup=config.warmup,
+                                                repeats=config.repeats)
+        except Exception as exc:  # the steps were timed together: each is reported
+            for name in timed:
+                failed(CASES_BY_NAME[name], exc)
+    finally:
+        for t in reversed(list(timed.values())):  # in reverse: each teardown restores what its setup found
+            if t.teardown is not None:
+                t.teardown()
+    s.cp.cuda.runtime.deviceSynchronize()
+    rows = [make_row(case, seconds=summarize(samples[case.name]), timer="perf_counter", host_gap_frac=None,
+                     **_common(s, w)) for case in steps if case.name in samples]
+    return rows, failures
 
 
 def _package_version() -> str:
@@ -267,9 +307,12 @@ def run_benchmark(config: BenchConfig = BenchConfig(), *, progress: bool = True,
 
         bar = tqdm(configs, unit="config", desc="bench")
     say = bar.write if bar is not None else log
+    steps = [c for c in cases if c.family == "step"]
     for kind, B in (bar if bar is not None else configs):
         w = make_workload(session, config, kind, B)
         for case in cases:
+            if case.family == "step":
+                continue
             if bar is not None:
                 bar.set_postfix_str(f"{kind} B={B} {case.name}")
             try:
@@ -277,6 +320,14 @@ def run_benchmark(config: BenchConfig = BenchConfig(), *, progress: bool = True,
             except Exception as exc:  # reported, not hidden: printed now, listed in meta.json and results.md
                 failures.append(dict(case=case.name, ids=kind, B=B, error=f"{type(exc).__name__}: {exc}"))
                 say(f"FAILED {case.name} ({kind}, B={B}): {type(exc).__name__}: {exc}")
+        if steps:
+            if bar is not None:
+                bar.set_postfix_str(f"{kind} B={B} steps")
+            step_rows, step_failures = time_steps(session, config, steps, w)
+            rows.extend(step_rows)
+            failures.extend(step_failures)
+            for f in step_failures:
+                say(f"FAILED {f['case']} ({kind}, B={B}): {f['error']}")
         del w
     if bar is not None:
         bar.close()

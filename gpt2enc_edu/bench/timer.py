@@ -142,14 +142,28 @@ def time_synchronised(fn, synchronize, *, warmup: int, repeats: int) -> list[flo
     """Seconds per call of ``fn`` by ``time.perf_counter``, each call between two ``synchronize()`` calls: the GPU is
     idle when it starts and done when the clock stops, so the time is the host's work and the GPU's together, as a
     training loop sees a step (the bench's ``step`` cases)."""
+    return time_synchronised_in_turn({"fn": fn}, synchronize, warmup=warmup, repeats=repeats)["fn"]
+
+
+def time_synchronised_in_turn(fns: dict, synchronize, *, warmup: int, repeats: int) -> dict[str, list[float]]:
+    """``time_synchronised`` for several calls (name -> call) at once, taken in turn: each repeat times every call
+    once, starting one further along at each repeat. A host's speed drifts from one stretch of time to the next (its
+    clock, other processes, the allocator's state) by more than the difference between two steps; in turn, every
+    call meets the same stretches, so their medians compare. The bench's ``step`` cases of one workload are timed
+    so. Returns each call's samples, in seconds."""
     repeats = check_int("repeats", repeats, minimum=1)
-    for _ in range(check_int("warmup", warmup, minimum=0)):
-        fn()
+    warmup = check_int("warmup", warmup, minimum=0)
+    names = list(fns)
+    for name in names:
+        for _ in range(warmup):
+            fns[name]()
     synchronize()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        synchronize()
-        samples.append(time.perf_counter() - start)
+    samples = {name: [] for name in names}
+    for r in range(repeats):
+        first = r % len(names)
+        for name in names[first:] + names[:first]:
+            start = time.perf_counter()
+            fns[name]()
+            synchronize()
+            samples[name].append(time.perf_counter() - start)
     return samples
