@@ -76,7 +76,9 @@ def _thread_starts(n_elements: int, size: int) -> np.ndarray:
 
 
 def encoder_forward(out, inp, wte, wpe, B: int, T: int, C: int) -> None:
-    """Mirror of ``encoder_forward_kernel``: ``out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]``."""
+    """Mirror of ``encoder_forward_v2_kernel``, a thread per pack: ``out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]``.
+    Every version of the forward (``encoder_forward_kernel`` is version 3) gives its bits: one fp32 add per
+    element, rounded to nearest, whichever thread does it."""
     size = pack_size(wte.dtype)
     k = np.arange(size)
     idx = _thread_starts(B * T * C, size)

@@ -292,8 +292,8 @@ for name, p in problems.items():
 # * **Cache hints.** llm.c loads *both* the `wte` and the `wpe` pack with `load128cs` (streaming, evict
 #   first). Version 2 here streams `wte` and caches `wpe`, which every sequence reads again; version 3
 #   loads each `wpe` pack once per thread and reuses it from registers for up to 8 sequences. Stores take
-#   hints too: version 3 once stored its output streaming, and a measurement found it no faster than a
-#   plain store (`docs/experiments.md`). A hint cannot change a result, only where lines live in L2.
+#   hints too; version 3 stores plainly, since a streaming store measured no faster (`docs/experiments.md`).
+#   A hint cannot change a result, only where lines live in L2.
 # * **The package's fastest forward is version 3** (section 7), a different thread map; llm.c's kernel is
 #   version 2.
 #
@@ -315,7 +315,7 @@ for name, p in problems.items():
 #   loaded once, 8 `wte` loads are in flight at once.
 #
 # On a GPU the cell below measures them now (B = 8 and 64, real ids, median of repeated runs); on a CPU it
-# draws the numbers committed from a run on the project's H200 (`docs/walkthrough/forward_versions.json`).
+# draws the committed numbers (`docs/walkthrough/forward_versions.json`; the line above the figure names the card).
 # The dashed line is the memory floor: the minimal bytes (notebook 05) over the measured copy rate.
 
 # %%

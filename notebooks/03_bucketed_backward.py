@@ -149,17 +149,17 @@ print("bt:   ", np.arange(flat.size))
 print("token:", flat)
 
 # %% [markdown]
-# **Step 2: group by key.** Collect the positions of each token, in ascending `bt`: this fixes the
-# order in which the token's gradients will be added. The size of a group is the number of adds.
+# **Step 2: collect each token's positions**, in ascending `bt`: this fixes the order in which the token's
+# gradients will be added. The number of a token's positions (its `size`) is the number of adds.
 
 # %%
 # NBVAL_CHECK_OUTPUT
-groups = {int(token): np.flatnonzero(flat == token).tolist() for token in np.unique(flat)}
-for token, positions in groups.items():
+positions_of = {int(token): np.flatnonzero(flat == token).tolist() for token in np.unique(flat)}
+for token, positions in positions_of.items():
     print(f"token {token}: positions {positions}, size {len(positions)}")
 
 # %% [markdown]
-# **Step 3: largest first.** Sort the groups by size, descending, ties broken by token id (section 4
+# **Step 3: largest first.** Sort the tokens by size, descending, ties broken by token id (section 4
 # shows why the big ones go first).
 #
 # **Step 4: channel groups.** One block handles 256 bf16 channels (a warp of 8-channel packs; 128 for
@@ -169,9 +169,9 @@ for token, positions in groups.items():
 
 # %%
 # NBVAL_CHECK_OUTPUT
-order = sorted(groups, key=lambda token: (-len(groups[token]), token))
+order = sorted(positions_of, key=lambda token: (-len(positions_of[token]), token))
 n_groups = layout.num_c_groups(C, dtype)
-toy = [(token, g, groups[token]) for token in order for g in range(n_groups)]
+toy = [(token, g, positions_of[token]) for token in order for g in range(n_groups)]
 print(f"{n_groups} channel groups of {layout.c_per_group(dtype)}")
 for bucket, (token, g, positions) in enumerate(toy):
     first = g * layout.c_per_group(dtype)
@@ -180,9 +180,10 @@ for bucket, (token, g, positions) in enumerate(toy):
 
 # %% [markdown]
 # **The real table.** `make_buckets` stores the same thing in two int32 arrays, ready for the GPU:
-# `info[bucket] = (start, size, token, channel group)`, and `bt_list`, all positions one group after
-# another, so that bucket `k` reads `bt_list[start : start + size]`. (The `units` array serves the
-# package's other deterministic kernel, `method="chunked"`, which notebook 06 explains.)
+# `info[bucket] = (start, size, token, channel group)`, and `bt_list`, all positions one token after another
+# (a token's buckets, one per channel group, share its range), so that bucket `k` reads
+# `bt_list[start : start + size]`. (The `units` array serves the package's other deterministic kernel,
+# `method="chunked"`, which notebook 06 explains.)
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -259,9 +260,9 @@ for name, run in toy_runs.items():
 # scheduling is never worse than 4/3 of the best possible schedule; an arbitrary order can take almost
 # twice as long.)
 #
-# At the scale of an H200 (132 SMs, 8 blocks of 256 threads each = 1056 slots) and one GPT-2 micro-batch,
-# the cost has to be closer to the kernel (section 5): the **8 warps of a block share its bucket**, one item
-# per warp per round, so a bucket of `size` items takes `ceil(size / 8)` rounds (1 to 8 items: one round),
+# At the scale of an H100 or H200 (132 SMs, 8 blocks of 256 threads each = 1056 slots) and one GPT-2
+# micro-batch, the cost has to be closer to the kernel (section 5). A bucket's **items** are its positions `bt`,
+# one row of dout each; the **8 warps of a block share its bucket**, one item per warp per round, so a bucket of `size` items takes `ceil(size / 8)` rounds (1 to 8 items: one round),
 # plus a fixed start-up (read the table entry, load and store `dwte`, round), here 0 or 2 rounds.
 
 # %%
@@ -281,7 +282,7 @@ for per_block in (0, 2):
 # (Zipf and real ids): the lower bound is the **largest block itself**, longer than all the other work
 # spread over the 1056 slots. However cleverly the blocks are ordered, one block summing the most frequent
 # token sets the kernel's time. That is what the package's `method="chunked"` kernel changes: it cuts a
-# token's positions into chunks of 32 and gives each chunk its own warp (notebook 06).
+# token's positions into chunks of 32 and gives each chunk its own warps, one per channel group (notebook 06).
 #
 # ## 5. The wte kernel (core)
 #
@@ -412,7 +413,7 @@ print(enc.last_backend())
 
 # %% [markdown]
 # The checksums below are the same on the GPU and in the CPU mirror: this cell's stored output comes from
-# a run on an H200, and the test suite re-runs it on a CPU and compares. `bitwise_equal(…, mirror)`
+# a GPU run (the line above names the backend), and the test suite re-runs it on a CPU and compares. `bitwise_equal(…, mirror)`
 # compares with the mirror directly (on a machine without a GPU it compares the mirror with itself).
 
 # %%

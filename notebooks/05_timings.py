@@ -16,11 +16,11 @@
 # %% [markdown]
 # # 05 · Timings: how fast are the encoder kernels, and how far from the memory floor?
 #
-# **Goal.** Put numbers on the kernels of notebooks 01-04: the forward, the atomic backward (fast,
-# nondeterministic) and the deterministic backward (llm.c's bucketed kernel with the bucket table built on
-# the CPU, as in llm.c, or on the GPU; and the chunked kernel of notebook 06, which cuts a frequent token's
-# positions into chunks of 32 and sums each on its own; its *units* are those chunks' work items), next to
-# PyTorch's embedding, at GPT-2
+# **Goal.** Put numbers on the kernels of notebooks 01-04: the forward, the atomic backward (nondeterministic,
+# and for all its simplicity not the fast one: section 7 says why) and the deterministic backward (llm.c's
+# bucketed kernel with the bucket table built on the CPU, as in llm.c, or on the GPU; and the chunked kernel of
+# notebook 06, which cuts a frequent token's positions into chunks of 32 and sums each on its own; a *unit* is
+# one chunk of one token), next to PyTorch's embedding, at GPT-2
 # (124M) sizes: T=1024, C=768, V=50257, bf16, batch sizes 1 to 64, for uniform, Zipf and real token ids.
 # And say how good a time is by comparing it with a *floor*: the time a plain device-to-device copy would
 # need to move the bytes the operation cannot avoid moving.
@@ -39,6 +39,10 @@
 # 4. say why the floor PyTorch is held to understates its traffic, and where it does not.
 #
 # **Time:** about 20 minutes for the core sections, 5 more for the one marked *(optional)* (`docs/teaching.md`).
+#
+# 0. Setup · 1. What is timed, and the floor · 2. Exercise 5: the floor of the backward · 3. The measurements ·
+# 4. Why the forward stops short of its floor · 5. PyTorch against our floor · 6. (optional) The CPU bucketing ·
+# 7. How to read the results
 
 # %% [markdown]
 # ## 0. Setup
@@ -254,7 +258,9 @@ if rows:
 # * The forward with **every id equal**, which writes the same output but reads almost nothing (one `wte` row, from
 #   cache), shows the ceiling of this kernel's own mix: about three quarters of the copy rate on the H200 (3.15 TB/s),
 #   91 % on an H100. So even a perfect gather would not reach 100 % of this floor: read the forward's shares above
-#   against the ceiling of the card the committed run used (its name is printed in section 3).
+#   against the ceiling of the card the committed run used (its name is printed in section 3). The gap splits in
+#   two: from 100 % down to that ceiling is the cost of the write-heavy mix itself; from the ceiling down to the
+#   forward's share is what the gathers cost.
 # * On uniform ids Nsight Compute (NVIDIA's kernel profiler) counts more bytes read from DRAM than the distinct rows
 #   hold (rows evicted from L2 between two uses are read twice). Other thread maps, cache hints, and maps that
 #   keep loads and stores in flight together gained at most a microsecond or two.
@@ -333,7 +339,12 @@ for kind in ("uniform", "zipf"):
 #   notebook 01 times its three versions).
 # * The **atomic backward** with fp32 accumulation widens the `dwte` rows the batch touches to fp32, adds
 #   there and rounds them back: three kernels; bf16 atomics need one, but round at every add (notebook 02)
-#   and depend on the order of the adds.
+#   and depend on the order of the adds. Neither is fast at large B, although each reads dout only once: an
+#   atomic is a read-modify-write that the L2 cache carries out for one address at a time, so the adds into one
+#   row queue behind each other (every occurrence of a frequent token, every sequence at one position), and on
+#   uniform ids the fp32 rows of a large batch's many distinct tokens are more than L2 holds at once. (Inferred
+#   from how atomics work and from the plots, where uniform ids, which queue least, come closest to the floor;
+#   no profile of the atomic kernels is committed.)
 # * The **deterministic backward with CPU bucketing** includes the ids' trip to the host, the NumPy table
 #   and its trip back: at large B that host work, not the GPU, sets the time. The **GPU bucketing** route
 #   removes the host round trip; the **chunked** kernel splits long buckets (frequent tokens) into

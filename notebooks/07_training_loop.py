@@ -300,9 +300,10 @@ else:
 # Python, launches and the id check are included, as a training step pays them). On the GPU at GPT-2 size
 # (B = 8, T = 1024, C = 768, V = 50,257, bf16); on the CPU at this notebook's CPU size, where "ours" is the
 # NumPy mirror, written to show the kernels' arithmetic, not to be fast. `check_ids=False` skips the id check (on
-# the GPU one small kernel, on the CPU a NumPy comparison). Host timings vary by tens of percent from run to run,
-# so small differences among our rows are noise; the atomic methods' rows are lower because their backward builds
-# no bucket table and launches fewer kernels.
+# the GPU one small kernel, on the CPU a NumPy comparison). The variants are timed in turn, each repeat running
+# each once, so the rows compare with each other. At this size every row is mostly host time: our methods' GPU
+# work differs by a few tens of microseconds (notebook 05), less than the host's time moves from run to run, so
+# our rows come out close together and in no fixed order.
 
 # %%
 if torch is None:
@@ -322,8 +323,11 @@ else:
 # of one call (CUDA events, host overhead hidden); the cell above times the **host** around a whole forward and
 # backward, which for our encoder includes its Python: the adapter's autograd function, whose backward runs on
 # autograd's device thread, and one driver call per kernel (after the first call of a shape, the adapter replays
-# the launches it recorded then: `gpt2enc_edu.plans`). `nn.Embedding`'s path is C++ all the way. The GPU's work of the same calls, and the same steps host-timed by the
-# benchmark, all from the committed benchmark (its GPU is named; the cell above ran on this machine):
+# the launches it recorded then: `gpt2enc_edu.plans`). `nn.Embedding`'s path is C++ all the way. The GPU's work
+# of the same calls, and the same steps host-timed by the benchmark, all from the committed benchmark (its GPU is
+# named; the cell above ran on this machine). The benchmark's step rows and the cell above time the same step, but
+# in two processes at two moments: host times move by tens of percent between runs (docs/experiments.md, "launch
+# plans for the adapter's CUDA calls"), so compare rows within one of them, not across.
 
 # %%
 from gpt2enc_edu import bench

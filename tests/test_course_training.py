@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -57,3 +58,23 @@ def test_a_compiled_step_is_reproducible_and_close_to_the_eager_one():
     eager = training.train(cfg, encoder="ours")
     assert compiled[0].parts_from(compiled[1]) is None and compiled[0].weights_hash == compiled[1].weights_hash
     torch.testing.assert_close(compiled[0].losses, eager.losses, rtol=1e-4, atol=1e-4)
+
+
+def test_the_encoders_are_timed_in_turn_each_variant_once_per_repeat(monkeypatch):
+    """Every variant whose method takes the dtype gets a median of its own calls, and each call is a whole step:
+    the variant's module gets gradients."""
+    steps = []
+    real_step = training._encoder_step
+
+    def counted(module, ids, dout, deterministic):
+        real_step(module, ids, dout, deterministic)
+        assert all(p.grad is not None for p in module.parameters())
+        steps.append(module)
+
+    monkeypatch.setattr(training, "_encoder_step", counted)
+    times = training.time_encoders(2, 8, 16, 64, dtype=torch.float32, device="cpu", repeats=4)
+    takes = [label for label, _, method, *_ in training.ENCODER_VARIANTS
+             if method is None or training.METHODS[method].takes(np.float32)]
+    assert list(times) == takes and len(takes) < len(training.ENCODER_VARIANTS)  # atomic_bf16 needs bf16
+    assert all(ms > 0 for ms in times.values())
+    assert len(steps) == (3 + 4) * len(times) and len(set(map(id, steps))) == len(times)

@@ -34,13 +34,13 @@ from .floor import (
 from .report import COLUMNS, Results, load_results, make_row, read_csv, write_csv, write_results
 from .run import FULL_REPEATS, QUICK_REPEATS, BenchConfig, run_benchmark
 from .tables import format_time_us, markdown_report, readme_block, update_readme
-from .timer import GpuTimer, Summary, measure_copy_rate, summarize, time_make_buckets
+from .timer import GpuTimer, Summary, measure_copy_rate, summarize, time_make_buckets, time_synchronised_in_turn
 
 __all__ = [
     "ALL_OPS", "CASES", "CASES_BY_NAME", "CASE_NAMES", "COLUMNS", "FULL_REPEATS", "ID_KINDS", "OPS", "QUICK_REPEATS",
     "BenchConfig", "Case", "GpuTimer", "Results", "Summary", "achieved_bytes_per_s", "build_parser",
     "config_from_args", "copy_rate_of", "distinct_ids", "floor_seconds", "format_time_us", "load_results", "main",
     "make_row", "markdown_report", "measure_copy_rate", "minimal_bytes", "percent_of_floor", "read_csv",
-    "readme_block", "run_benchmark", "summarize", "time_make_buckets", "update_readme", "write_csv",
-    "write_results",
+    "readme_block", "run_benchmark", "summarize", "time_make_buckets", "time_synchronised_in_turn", "update_readme",
+    "write_csv", "write_results",
 ]

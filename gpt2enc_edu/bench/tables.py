@@ -79,7 +79,8 @@ def _header(meta: dict) -> list[str]:
                      f"{meta.get('host_repeats', '?')} (perf_counter)")
         if meta.get("copy_rate_GBps") is not None:
             lines.append(f"- device-to-device copy rate, measured in this run: {meta['copy_rate_GBps']:.0f} GB/s "
-                         "(read + write); floor = minimal bytes / copy rate; (NN%) = floor / median")
+                         "(read + write); floor = minimal bytes / copy rate; the percentage in brackets = floor / "
+                         "median")
         if meta.get("torch"):
             lines.append(f"- PyTorch: {meta['torch']}")
     lines.append("")
@@ -185,8 +186,9 @@ def readme_block(rows, meta: dict | None = None, *, B: int | None = None, result
     shape = meta.get("shape", {})
     lines = [f"{meta.get('device', '?')} ({str(meta.get('date', '?'))[:10]}), B={B}, T={shape.get('T', '?')}, "
              f"C={shape.get('C', '?')}, V={shape.get('V', '?')}, {shape.get('dtype', '?')}: medians of "
-             f"{meta.get('repeats', '?')} repeats with L2 flushed before each; (NN%) = the memory floor over the time "
-             "(floor = minimal bytes / the device-to-device copy rate measured in the same run, "
+             f"{meta.get('repeats', '?')} repeats with L2 flushed before each; the percentage in brackets = the "
+             "memory floor over the time (floor = minimal bytes / the device-to-device copy rate measured in the "
+             "same run, "
              f"{'?' if rate is None else f'{rate / 1e9:.0f}'} GB/s). Every case and batch size: "
              f"[{results_link}]({results_link}); method: [{method_link}]({method_link}).", "",
              f"| B={B} | " + " | ".join(KIND_TITLES.get(k, k) for k in kinds) + " |",

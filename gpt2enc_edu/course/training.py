@@ -16,6 +16,7 @@ nondeterministic (it does not know the package's kernels: their determinism is t
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import time
 from dataclasses import dataclass, replace
@@ -25,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..bench.timer import time_synchronised_in_turn
 from ..methods import DEFAULT_METHOD, METHODS
 from ..rounding import bfloat16
 from ..tokens import GPT2_VOCAB_SIZE, gpt2_sample_ids
@@ -257,15 +259,17 @@ ENCODER_VARIANTS = [
 ]
 
 
-def time_encoders(B: int, T: int, C: int, V: int, *, dtype, device, repeats: int = 20) -> dict[str, float]:
+def time_encoders(B: int, T: int, C: int, V: int, *, dtype, device, repeats: int = 30) -> dict[str, float]:
     """Median milliseconds of one encoder forward + backward (into ``.grad``) per variant, real GPT-2 ids.
 
-    Host-side time around a synchronised call: what a training step pays, Python and launches included.
+    Host-side time around a synchronised call: what a training step pays, Python and launches included. The
+    variants are timed in turn (``bench.timer.time_synchronised_in_turn``: each repeat runs each variant once), so
+    that a drift of the host's speed meets them all and their medians compare.
     """
     device = torch.device(device)
     ids = torch.from_numpy(gpt2_sample_ids()[: B * T].reshape(B, T) % V).to(device)
     dout = torch.randn(B, T, C, generator=torch.Generator().manual_seed(0)).to(device, dtype)
-    times = {}
+    calls = {}
     for label, encoder, method, check_ids, deterministic in ENCODER_VARIANTS:
         if method is not None and not METHODS[method].takes(bfloat16 if dtype == torch.bfloat16 else np.float32):
             continue
@@ -273,15 +277,14 @@ def time_encoders(B: int, T: int, C: int, V: int, *, dtype, device, repeats: int
             module = GPT2Embedding(V, T, C, dtype=dtype, device=device, method=method, check_ids=check_ids)
         else:
             module = TorchEmbedding(V, T, C, dtype=dtype, device=device)
-        samples = []
-        with deterministic_algorithms(deterministic):
-            for i in range(repeats + 3):
-                module.zero_grad(set_to_none=True)
-                _sync(device)
-                start = time.perf_counter()
-                module(ids).backward(dout)
-                _sync(device)
-                if i >= 3:  # the first calls compile kernels and warm caches
-                    samples.append(time.perf_counter() - start)
-        times[label] = 1e3 * float(np.median(samples))
-    return times
+        calls[label] = functools.partial(_encoder_step, module, ids, dout, deterministic)
+    # the first calls compile kernels and warm caches
+    samples = time_synchronised_in_turn(calls, lambda: _sync(device), warmup=3, repeats=repeats)
+    return {label: 1e3 * float(np.median(s)) for label, s in samples.items()}
+
+
+def _encoder_step(module: nn.Module, ids: torch.Tensor, dout: torch.Tensor, deterministic: bool) -> None:
+    """One of ``time_encoders``'s timed calls: fresh gradients, the forward, the backward."""
+    with deterministic_algorithms(deterministic):
+        module.zero_grad(set_to_none=True)
+        module(ids).backward(dout)
