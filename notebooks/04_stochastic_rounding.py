@@ -72,7 +72,7 @@ print(f"next bf16 above 1.0: {1 + 2**-7}")
 
 # %% [markdown]
 # One lost update is harmless. But a weight, or a gradient accumulated over micro-batches, receives
-# updates much smaller than its own ulp **all the time**, and round-to-nearest loses every one of them,
+# updates much smaller than its own ULP **all the time**, and round-to-nearest loses every one of them,
 # always in the same direction.
 #
 # ## 2. Drift: many small additions (core)
@@ -321,13 +321,13 @@ for method, dwte in finals.items():
 # 1000 calls adding 1e-3 into 1.0, 256 channels (256 independently rounded elements).
 #
 # * **Round to nearest** (`atomic`: fp32 adds, rounded once per call; `atomic_bf16`: every add rounded): an
-#   update smaller than half an ulp of the stored value is lost, every call. Between 1 and 2 a bf16 ulp is
+#   update smaller than half an ULP of the stored value is lost, every call. Between 1 and 2 a bf16 ULP is
 #   2⁻⁷, half of it 0.0039 > 0.001: the accumulation **stalls** at exactly 1.0.
 # * **Stochastic rounding** (`bucketed`, `chunked`): unbiased, so each element's expected value is the exact
-#   sum. Its spread comes from the ulp: one stochastic rounding onto a grid of spacing u has variance at
+#   sum. Its spread comes from the ULP: one stochastic rounding onto a grid of spacing u has variance at
 #   most u²/4; the values stay below 4, so u ≤ 2⁻⁶, and the mean of 256 elements after 1000 calls has a
 #   standard deviation of at most √(1000 · 2⁻¹² / 4 / 256) ≈ 0.015.
-# * **fp32**: round to nearest too, but 1e-3 is far above half an fp32 ulp (6e-8 at 1.0): every method keeps up.
+# * **fp32**: round to nearest too, but 1e-3 is far above half an fp32 ULP (6e-8 at 1.0): every method keeps up.
 
 # %%
 from gpt2enc_edu import validate
@@ -363,7 +363,7 @@ for dtype in (enc.bfloat16, np.float32):
 
 # %% [markdown]
 # This is the lesson of stochastic rounding in one table: with bf16 storage, only the stochastically rounded
-# methods keep gradient accumulation working for updates below half an ulp. (With one position per call the
+# methods keep gradient accumulation working for updates below half an ULP. (With one position per call the
 # atomic methods have nothing to reorder here: their stall is exact to the bit, on both backends.)
 # `tests/test_bounds.py` asserts the same on both backends, and `docs/reliability.md` states the drift per
 # method.
