@@ -214,7 +214,8 @@ def _step_lines(by_key: dict, sizes: list[int]) -> list[str]:
     if not any(r is not None for cells in rows.values() for r in cells):
         return []
     lines = ["", f"A training step through PyTorch, forward + backward into fresh gradients, {README_STEP_KIND} ids: "
-             "host time around synchronised calls (what a training loop waits for), medians:", "",
+             "host time around synchronised calls (what a training loop waits for), the steps of each B timed in "
+             "turn, medians:", "",
              "| step | " + " | ".join(f"B={b}" for b in sizes) + " |", "|---|" + "---|" * len(sizes)]
     for label, cells in rows.items():
         lines.append(f"| {label} | " + " | ".join(_cell(r) for r in cells) + " |")
