@@ -22,24 +22,39 @@
 # to measured time.
 #
 # **Prerequisites:** notebook 03 (the bucket table, the bucketed kernel: one block of 8 warps per bucket) and
-# basic CUDA: threads, blocks, warps of 32 lanes, `__shfl_sync`. Notebook 04's stochastic rounding is used, not
+# basic CUDA: threads, blocks, warps of 32 lanes, `__shfl_sync`, shared memory and `__syncthreads`. The few CUDA
+# features beyond that are glossed in the box below, one line each. Notebook 04's stochastic rounding is used, not
 # explained again.
 #
 # **After this notebook you can:**
-# 1. say what a chunk, a unit, a channel group and a warp are in the chunked kernel, and count the warps a token
-#    gets (3 per chunk at C = 768 in bf16);
+# 1. say what a chunk, a unit, a channel group and a warp are in the chunked kernel, count the warps a token
+#    gets (3 per chunk at C = 768 in bf16), and find the warp and the item that read one element of `dout`
+#    (Exercise 6 checks it);
 # 2. write down the chunked method's order of the fp32 adds, and say why it gives other bits than the bucketed
 #    one in fp32 but usually the same in bf16;
 # 3. say which route builds the bucket table on the GPU for a given batch size, and why none of them makes the host
 #    wait;
 # 4. read from the committed timings why the chunked kernel's time hardly depends on how skewed the ids are.
 #
-# **Time:** about 20 minutes for the core sections, 20 more for those marked *(optional)* (`docs/teaching.md`).
+# **Time:** about 25 minutes for the core sections, 20 more for those marked *(optional)* (`docs/teaching.md`).
 #
-# 0. Setup · 1. What was slow · 2. The words, once: one token from positions to `dwte` · 3. The chunked kernel, per
-# thread (3b, optional: in CUDA) · 4. Same bits every run, a different order than bucketed · 5. The GPU bucket
-# table: three routes (5a-5c, optional: each route) · 6. (optional) What the table costs, phase by phase ·
-# 7. Skew against measured time · 8. (optional) One sequence, one launch
+# 0. Setup · 1. What was slow · 2. The words, once: one token from positions to `dwte`; Exercise 6 · 3. The
+# chunked kernel, per thread (3b, optional: in CUDA) · 4. Same bits every run, a different order than bucketed ·
+# 5. The GPU bucket table: three routes (5a-5c, optional: each route) · 6. (optional) What the table costs, phase
+# by phase · 7. Skew against measured time · 8. (optional) One sequence, one launch
+
+# %% [markdown]
+# **CUDA beyond the prerequisites**, one line each (the helpers named are in `kernels/common.cuh`):
+#
+# | feature | what it does | where |
+# |---|---|---|
+# | `__match_any_sync(mask, v)` | a warp **match**: each lane gets the mask of the lanes whose `v` equals its own (sm_70 and newer) | 5a, 5b |
+# | `__ballot_sync(mask, p)` | a warp **ballot**: every lane gets the same 32-bit mask, bit `l` set where lane `l`'s predicate `p` is true | 5b |
+# | `__syncwarp()` | a barrier for the 32 lanes of one warp only | 3b |
+# | `cp.async` (`copy16_async`, `commit_async_copies`, `wait_async_copies`, `wait_async_copies_but<N>`) | copies 16 bytes from global to shared memory asynchronously, with no register held while it travels; the thread commits its copies in batches and waits for them (all, or all but its N newest batches) before it reads them (sm_80 and newer) | 3b |
+# | programmatic dependent launch (`wait_for_previous_grid` / `allow_next_grid`) | a kernel launched this way may be set up and start while the kernel before it on the stream still runs, once every block of that one has called `allow_next_grid` or exited; its threads wait in `wait_for_previous_grid` until that kernel has ended and its writes are visible (sm_90 and newer; elsewhere both do nothing) | 3b, 7 |
+# | cooperative launch | a launch whose blocks are all resident on the GPU at once (the grid must fit), so that `grid.sync()` can be a barrier across the whole grid | 5c |
+# | CUDA graph | a sequence of launches recorded once from a stream and replayed with one call from the host | 5b, 6 |
 
 # %%
 import importlib.util, os, subprocess, sys
@@ -53,13 +68,13 @@ enc = importlib.import_module("gpt2enc_edu.course.hosted").setup()  # Colab or K
 import inspect
 
 import numpy as np
-from IPython.display import Markdown, display
+from IPython.display import HTML, Markdown, display
 
 from gpt2enc_edu import bench, compare, layout, reference, tokens
 from gpt2enc_edu.buckets import gpu as gpu_buckets
 from gpt2enc_edu.buckets import mirror_cooperative, mirror_scatter, mirror_small
 from gpt2enc_edu.backend import to_numpy
-from gpt2enc_edu.course import arrays, measured, perthread, plots, timing_plots
+from gpt2enc_edu.course import arrays, cudasource, exercises, measured, perthread, plots, timing_plots
 from gpt2enc_edu.loader import kernel_source
 from gpt2enc_edu.problems import random_problem
 
@@ -87,7 +102,7 @@ print(f"chunked: {table.num_units} units of at most {layout.CHUNK_ITEMS} positio
 # %% [markdown]
 # ## 2. The words, once (core)
 #
-# This notebook uses five words, always in these senses (the kernel files use the same ones):
+# This notebook uses five words, always in these senses (the wte kernel files use the same ones):
 #
 # * **position**: one `(b, t)` of the batch, numbered `bt = b·T + t`. A token's positions are listed, ascending,
 #   in its range of `bt_list` (the kernels call each entry of that list an *item*).
@@ -122,17 +137,17 @@ ax = plots.chunk_units(table, title="B=8, T=1024, real ids: the 12 most frequent
 #
 # ### What happens to one frequent token, from its positions to `dwte`?
 #
-# The most frequent token of the batch: its positions in `bt_list`, cut into chunks (top row); each chunk's
-# warps, one per channel group, each adding its chunk's `dout` rows for its 256 channels in position order; the
-# warps of a chunk together leave one **partial sum** of C fp32 values; one **combine** then adds the partials in
+# The most frequent token of the batch: its positions in `bt_list`, cut into chunks, one unit each (top row); each
+# unit's warps, one per channel group, each adding its chunk's `dout` rows for its 256 channels in position order;
+# the warps of a unit together leave one **partial sum** of C fp32 values; one **combine** then adds the partials in
 # chunk order, adds the old `dwte` value and rounds once.
 
 # %%
 ax = plots.token_flow(table)
 
 # %% [markdown]
-# *Figure: one token's positions -> chunks (units) -> a warp per chunk and channel group -> one partial sum per
-# chunk -> one combine in chunk order.*
+# *Figure: one token's positions -> chunks (units) -> a warp per (unit, channel group) -> one partial sum per
+# unit -> one combine in chunk order.*
 #
 # The same units in the table (the first rows: the most frequent token's chunks):
 
@@ -143,11 +158,36 @@ top = table.units[table.units[:, 0] == table.units[0, 0]]
 print(f"token {top[0, 0]}: {len(top)} units, chunks {top[0, 1]}..{top[-1, 1]}, positions "
       f"bt_list[{top[0, 2]} : {top[0, 2] + top[0, 3]}]")
 
+
 # %% [markdown]
 # Small units help at the other end too: a token seen once (most tokens) occupies one warp per channel group,
 # where llm.c's bucketed kernel starts 8 warps per bucket and 7 of them find nothing to do (the package's warps
 # form of it, notebook 03, gives such buckets a warp too).
 #
+# ### Exercise 6: which warp reads `dout[b, t, c]`? (core)
+#
+# Write `locate_unit(table, inp, b, t, c)` returning `(unit, group, item)`: the row of `table.units` whose warps
+# read that gradient, the channel group of the one warp among them that reads it (its `blockIdx.y`), and the item
+# of the unit's chunk that is position `(b, t)` (0 to 31: lane `item` of the warp loads that position, and its row
+# is add number `item`, counting from 0, of the chunk partial). `table` comes from `enc.make_buckets(inp, C,
+# dtype)` with a NumPy `inp`, as in the cells above.
+#
+# *Hint:* the token is `inp[b, t]`, and a channel group is `table.c_per_group` channels wide; a token's units are
+# consecutive rows of `table.units`, in chunk order, and every one of them holds the token's whole range of
+# `bt_list` (`start`, `size`), not its chunk's. Answer with
+# integers. The check draws its batches (each with a token seen more than 32 times, and C of two channel groups or
+# more) and its picks when it runs. Solution: `solutions/exercises.py` (in the repository, outside the package).
+
+# %%
+def locate_unit(table, inp, b, t, c):
+    """Exercise 6: (unit, channel group, item) of the chunk kernel's warp that reads dout[b, t, c]."""
+    raise NotImplementedError("Exercise 6: find the unit, the channel group and the item that read dout[b, t, c]")
+
+
+# %%
+done = exercises.check_locate_unit(locate_unit)
+
+# %% [markdown]
 # ## 3. The chunked kernel, per thread (core)
 #
 # Every sum still has one fixed order. For each channel:
@@ -161,8 +201,17 @@ print(f"token {top[0, 0]}: {len(top)} units, chunks {top[0, 1]}..{top[-1, 1]}, p
 # kernel) adds them up: it has one block per unit of such a token, and those blocks share out the token's channels,
 # a slice each, so that a token with hundreds of chunks is added by many SMs at once. Here is the warp's body in per-thread Python
 # (`gpt2enc_edu.course.perthread`): the same index math and the same fp32 adds as the CUDA, one lane at a time.
-# Read the chunk kernel first: `unit` from the block and warp index, the group from `blockIdx.y`, lane `l` loading
-# the position of item `l`, then the loop over the chunk's items.
+# Read the chunk kernel first: `unit` from the block and warp index (`CHUNKED_WARPS_PER_BLOCK` = 8 warps per block,
+# each on a unit of its own), the channel group from `blockIdx.y`, lane `l` loading the position of item `l`, then
+# the loop over the chunk's items. The combine kernel after it uses two more words:
+#
+# * a **slice** is a run of `width` consecutive columns of 4 channels of the token. `combine_slices(num_chunks, C)`
+#   gives `(num_slices, width)`: about one slice per chunk, but none wider than the block's `COMBINE_THREADS`
+#   threads (one thread adds one column) and none much narrower than `COMBINE_MIN_COLUMNS` columns. The block of the
+#   token's chunk `k` takes slice `k` (and `k + num_chunks`, ... where there are more slices than chunks).
+# * a **stage** is a batch of the slice's partial rows, at most `COMBINE_STAGE_PACKS` 16-byte packs, that the
+#   whole block copies into shared memory before thread `col` adds its column of them in chunk order. The CUDA
+#   kernel keeps two stages in flight (`cp.async`); the per-thread form, one.
 
 # %%
 display(Markdown(f"```python\n{inspect.getsource(perthread.encoder_backward_wte_chunked)}\n```"))
@@ -192,17 +241,19 @@ print(f"{small_table.num_units} units ({int((small_table.sizes[small_table.c_gro
 # %% [markdown]
 # ### 3b. (optional) The same kernels in CUDA
 #
-# Read from `kernels/encoder_backward_wte_chunked.cu`. Things to notice: one warp per unit and channel group
-# (`blockIdx.y` is the group); lane `l` first loads the position of item `l` of the chunk and the warp then passes
-# positions around with `__shfl_sync` (no block barrier); the chunk kernel in two forms, one `chunk_warp` template
-# apart: rows read one at a time into registers, or 8 at a time into the warp's own slice of shared memory with
-# `cp.async` (more rows in flight without the registers to hold them; the package takes it where the grid is one
-# wave, all its blocks on the SMs at once: on an H200 at GPT-2 shapes, up to two sequences), both adding the same rows in the same order; the combine
-# kernel copying its slice of a token's partials into shared memory with the whole block, two stages in flight, and
-# then adding them in chunk order with one thread per column of 4 channels.
+# Read from `kernels/encoder_backward_wte_chunked.cu` (the cell shows it collapsed: click its line to open it).
+# Things to notice: one warp per (unit, channel group) (`blockIdx.y` is the channel group); lane `l` first loads
+# the position of item `l` of the chunk and the warp then passes positions around with `__shfl_sync` (no block
+# barrier); the chunk kernel in two forms, one `chunk_warp` template apart: rows read one at a time into registers,
+# or 8 at a time into the warp's own slice of shared memory with `cp.async` (more rows in flight without the
+# registers to hold them; the package takes it where the grid is one wave, all its blocks on the SMs at once: at
+# GPT-2 shapes on a GPU of 132 SMs, an H100 SXM or an H200, up to two sequences), both adding the same rows in the
+# same order; the combine kernel copying its slice of a token's partials into shared memory with the whole block,
+# two stages in flight, and then adding them in chunk order with one thread per column of 4 channels.
 
 # %%
-display(Markdown(f"```cuda\n{kernel_source('encoder_backward_wte_chunked.cu')}\n```"))
+display(HTML(cudasource.listing(kernel_source('encoder_backward_wte_chunked.cu'),
+                                 "kernels/encoder_backward_wte_chunked.cu: the chunk and combine kernels (click to open)")))
 
 # %% [markdown]
 # ## 4. Same bits every run, a different order than bucketed (core)
@@ -245,7 +296,10 @@ del results, cpu, ref, bound, chunked, bucketed, ulps
 # as long as every partial sum fits in 24 bits, which holds for most sums of a few dozen values of similar size;
 # and an exact sum is the same whatever the order. And where two orders do give different fp32 sums, the difference sits in
 # low bits that rounding to bf16 drops, with the same element-keyed noise for both methods. The same problem
-# three ways, `dwte` starting at zero so that the sum *is* the result:
+# three ways, `dwte` starting at zero so that the sum *is* the result. (So its fp32 line is not the count of the
+# cell above, on the same ids and `dout`: there each sum was added to `dwte`'s old value before it was stored, and
+# where the old value is the larger, two sums a few low bits apart can store the same value; from zero, every
+# difference of the sums shows.)
 
 # %%
 def differing(problem):
@@ -275,19 +329,19 @@ del p, bf16_values, bf16_storage
 #
 # ## 5. The GPU bucket table: three routes (core)
 #
-# The table itself is a sort: positions grouped by token, tokens by count descending, ties by id. llm.c does
+# The table itself is a sort: positions gathered by token, tokens by count descending, ties by id. llm.c does
 # it on the host with a hash map and `std::sort`; the package's NumPy route with NumPy sorts. On the GPU the
 # package builds the **same table, bit for bit,** with no host round trip, by one of three routes, which
 # `gpt2enc_edu.buckets.bucketing_route` picks by the number of ids:
 #
-# | route | kernel file | launches | the idea |
-# |---|---|---|---|
-# | one-block | `bucketing_small.cu` | one block, one launch | sort all (id, position) keys of one sequence in one block |
-# | scatter | `bucketing_scatter.cu` | five short kernels, replayed as one CUDA graph | count each token, compute each token's start by arithmetic, scatter the positions, sort each token's few positions |
-# | cooperative | `bucketing.cu` | one cooperative launch | two grid-wide radix sorts, phases separated by grid-wide barriers |
+# | route | its name in the package and the figures | kernel file: kernels | launches | the idea |
+# |---|---|---|---|---|
+# | one-block | `small` | `kernels/bucketing_small.cu`: `bucketing_small_kernel` | one block, one launch | sort all (id, position) keys of one sequence in one block |
+# | scatter | `scatter` | `kernels/bucketing_scatter.cu`: five `scatter_*_kernel`s | five short kernels, replayed as one CUDA graph | count each token, compute each token's start by arithmetic, scatter the positions, sort each token's few positions |
+# | cooperative | `cooperative` | `kernels/bucketing.cu`: `bucketing_kernel` | one cooperative launch | two grid-wide radix sorts, phases separated by grid-wide barriers |
 #
-# (A *CUDA graph* records a sequence of launches once and replays it with one call from the host. A *cooperative*
-# launch keeps all its blocks on the GPU at once, so that they can wait for each other at a grid-wide barrier.)
+# (*CUDA graph* and *cooperative launch*: the box at the top. The cells below print the names of the second column,
+# and the figures of section 6 title each panel with its route and kernel.)
 #
 # Which batch sizes take which route at T = 1024 (any route that takes a batch can also be asked for by name,
 # `gpt2enc_edu.buckets.build_bucket_table_gpu(..., route=...)`):
@@ -301,17 +355,19 @@ for batch in (1, 2, 8, 64, 65, 128):
 # **No host sync**, whichever route: the table's size stays on the GPU (`counters`); the wte kernel is launched for
 # an upper bound of buckets or units and reads the real count itself. The host never waits.
 #
-# ### 5a. (optional) The one-block route: one sequence
+# ### 5a. (optional) The one-block route (`small`): one sequence
 #
 # With so few ids nothing is limited by bandwidth; what costs is every launch and every barrier. One block of 512
-# threads holds two keys per thread and sorts all 1024 keys (id, position) with a bitonic network, which groups the
-# positions by token in ascending order. Of the network's 55 compare-exchange steps, 10 swap registers inside a
+# threads holds two keys per thread and sorts all 1024 keys (id, position) with a bitonic network, which gathers the
+# positions of each token, in ascending order. Of the network's 55 compare-exchange steps, 10 swap registers inside a
 # thread, 35 swap through warp shuffles, and only 10 need shared memory and a barrier. The tokens are then put in
-# bucket order without a second sort, by the count classes of the scatter route below: a warp finds which of its 32
-# tokens share a count with a warp **match** (`__match_any_sync`: every lane learns which lanes hold the same value
-# as its own), a scan per class over the 32 groups of tokens gives each token its place in its class, and the few
-# tokens seen more than 32 times are ranked by comparing them with each other. A scan of the counts gives every token
-# its start in `bt_list`. One launch in all. (The chunked wte kernels read only the units and `bt_list`, so for the
+# bucket order without a second sort, by the count classes of the scatter route below. The (at most 1024) distinct
+# tokens, in id order, form 32 **sets** of 32 consecutive tokens, one set in the 32 lanes of a warp (the kernel's
+# comments call a set a *group*, `SMALL_GROUPS`; this notebook keeps that word for channel groups). A warp finds
+# which tokens of its set share a count with a warp **match** (`__match_any_sync`: every lane learns which lanes
+# hold the same value as its own), a scan per class over the 32 sets gives each token its place in its class, and
+# the few tokens seen more than 32 times are ranked by comparing them with each other. A scan of the counts gives
+# every token its start in `bt_list`. One launch in all. (The chunked wte kernels read only the units and `bt_list`, so for the
 # chunked method the kernel skips the bucket rows: three 16-byte rows per token, written from one SM, were up to a
 # tenth of its time.)
 #
@@ -382,8 +438,8 @@ del counts, big, first_sequence, twin, want
 #
 # `gpt2enc_edu.buckets.gpu.phase_times_us` runs a route stopped after step 1, 2, … and takes the differences (for the
 # cooperative kernel "launch" is a run that returns at once; each step of the scatter route is a launch of its
-# own). On a GPU the cell measures now; on a CPU it draws the numbers committed from a run on the project's
-# H200 (`docs/walkthrough/bucketing_phases.json`). The title says which.
+# own). On a GPU the cell measures now; on a CPU it draws the numbers committed from a GPU run
+# (`docs/walkthrough/bucketing_phases.json`). The title says which, and names the card.
 #
 # ### Where does the table's time go, for one sequence and for 64?
 
@@ -411,8 +467,8 @@ fig = timing_plots.bucketing_phases(phases)
 # benchmark (`gpu_buckets` in `docs/bench/`, `bench/cases.py`) times **one** call the way a training step makes it:
 # CUDA events around it, after a write of twice the L2 size has evicted the inputs, so it also pays a lone launch's
 # start and drain and its first reads from HBM. The cell prints both: the phases as the figure has them (on a GPU
-# measured now, on a CPU the committed ones, an H200's: the line above the figure says which) and the bench's line
-# with its card. Compare the two where the card is the same:
+# measured now, on a CPU the committed ones: the line above the figure says which, and names the card) and the
+# bench's line with its card. Compare the two where the card is the same:
 
 # %%
 try:
@@ -430,16 +486,18 @@ if bench_b1:
 
 # %% [markdown]
 # Most of the difference is what the bench's timer adds to any call: `docs/experiments.md` ("What a timed call
-# holds besides the kernels") times a kernel of one thread the bench's way, and it takes 2.9 µs (H200,
-# 2026-12-04), of the order of the gap between the two lines above; the cold reads of the ids add a little (the
+# holds besides the kernels") times a kernel of one thread the bench's way: 2.9 µs on the card that entry names,
+# of the order of the gap between the two lines above; the cold reads of the ids add a little (the
 # same section times the table with and without the flush).
 #
 # ## 7. Skew against measured time (core)
 #
-# The point of both kernels, measured: time per call against batch size for uniform, Zipf and real ids, for
-# llm.c's scheme (bucketed) and the chunked kernel, from the committed benchmark (`docs/bench/results.csv`,
+# The point of both kernels, measured: time per call against batch size for uniform, Zipf and real ids, for the
+# bucketed method and the chunked kernel, from the committed benchmark (`docs/bench/results.csv`,
 # `python -m gpt2enc_edu.bench`, whose card the output names; the notebook does not re-run it). The "wte kernel
-# alone" panels appear when the results hold those cases. First, how skewed each kind of ids is:
+# alone" panels appear when the results hold those cases. The bucketed lines are the package's kernel (its warps
+# form, notebook 03), which adds in llm.c's order: llm.c's own kernel is not timed here. First, how skewed each
+# kind of ids is:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -453,7 +511,7 @@ for kind in tokens.KINDS:
 # ### Does the kind of ids change the time, for each method?
 
 # %%
-wanted = {"wte_bucketed_kernel": "wte kernel alone: bucketed (llm.c's scheme)",
+wanted = {"wte_bucketed_kernel": "wte kernel alone: bucketed (package's kernel, llm.c's order)",
           "wte_chunked_kernel": "wte kernel alone: chunked",
           "bucketed_gpu": "whole backward: bucketed, GPU table",
           "chunked_gpu": "whole backward: chunked, GPU table"}
@@ -477,15 +535,23 @@ if present:
 #
 # How to read it, with the printed numbers beside it. Skew is a property of the ids: the Zipf(1.1) ids are
 # the most skewed here, the real text sample about half as much, uniform ids not at all (the first cell of this
-# section). With **llm.c's bucketed scheme** time follows that skew at large B: the Zipf line lies above the
-# others, because one block sums the top token's thousands of positions in the number of rounds that cell prints,
-# while the rest of the GPU waits. With the **chunked** kernel the kinds of ids come together: each of the top
-# token's chunks is a unit of its own, with 3 warps, and no warp sums more than 32 positions, so the skewed
+# section). With the **bucketed** kernel (llm.c's scheme: the largest bucket on one block) time follows that skew
+# at large B: the Zipf line lies above the others, because one block sums the top token's thousands of positions
+# in the number of rounds that cell prints, while the rest of the GPU waits. With the **chunked** kernel the kinds
+# of ids come together: each of the top token's chunks is a unit of its own, with 3 warps, and no warp sums more
+# than 32 positions, so the skewed
 # batches cost about what the uniform one does. Still, the whole chunked backward stays a few times above its
 # memory floor (the ratio printed above): the table's chain of short steps and the wte kernels' scattered row
 # reads, not the bytes. At small B every line flattens: there the fixed costs (kernel launches, the bucket table's
 # chain of short steps of section 6) dominate, not the bytes moved, which is also why no kernel gets near its memory
 # floor there (notebook 05).
+#
+# A piece can take longer alone than the whole call that holds it (compare, in the printed lines, the bucketed wte
+# kernel alone with the whole bucketed backward). The bench times each piece alone, after overwriting L2 (cold:
+# all of `dout` comes from memory). Inside the whole call the wpe kernel reads all of `dout` beside the table and
+# the wte kernel, so the wte kernel can find in L2 part of `dout` that the wpe kernel has just read; and on sm_90
+# and newer the call sets the wte kernel up while the kernel before it runs (`docs/benchmarks.md`, on the pieces;
+# `docs/experiments.md`, "dout left in L2 for the wte kernels", for what keeping more of `dout` there changes).
 
 # %% [markdown]
 # ## 8. (optional) One sequence, one launch
@@ -500,10 +566,11 @@ if present:
 # channels and chunk, so that a chunk's 32 rows are read at once instead of one after another. The sums, and so the
 # bits, are the chunked method's; `encoder_backward(..., method="chunked")` takes this path by itself for up to
 # 1024 ids on the GPU (`docs/performance.md`, "One launch for one sequence"), so the four kernels above are what it
-# runs from a table built ahead, or for more ids.
+# runs from a table built ahead, or for more ids. The cell below shows the file collapsed: click its line to open it.
 
 # %%
-display(Markdown(f"```cuda\n{kernel_source('encoder_backward_small.cu')}\n```"))
+display(HTML(cudasource.listing(kernel_source('encoder_backward_small.cu'),
+                                 "kernels/encoder_backward_small.cu: the backward in one launch (click to open)")))
 
 # %% [markdown]
 # The check: one Zipf sequence with one token put at 600 of its positions (19 chunks: three passes of a block).

@@ -1,4 +1,4 @@
-"""Worked solutions to the exercises of notebooks 01-05 (try them first!).
+"""Worked solutions to the exercises of notebooks 01-06 (try them first!).
 
 Each function can be handed to its check in ``gpt2enc_edu.course.exercises``::
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpt2enc_edu.backend import is_cupy_array
-from gpt2enc_edu.layout import pack_size
+from gpt2enc_edu.layout import CHUNK_ITEMS, pack_size
 
 
 def _xp(x):
@@ -66,3 +66,16 @@ def backward_bytes(inp, C: int, itemsize: int):
     B, T = inp.shape
     distinct = int(xp.unique(inp).size)
     return B * T * C * itemsize + 2 * distinct * C * itemsize + 2 * T * C * itemsize + B * T * 4
+
+
+def locate_unit(table, inp, b: int, t: int, c: int):
+    """Exercise 6: the chunk kernel's warp that reads ``dout[b, t, c]``, as (unit, channel group, item). The token's
+    units are consecutive rows of ``table.units``, one per chunk in chunk order, and each holds the token's whole
+    range of ``bt_list``, ascending: the position's place in that range, divided by 32, is its chunk (the row
+    among the token's units), and the remainder its item in the chunk."""
+    T = inp.shape[1]
+    rows = np.flatnonzero(table.units[:, 0] == int(inp[b, t]))
+    start, size = (int(v) for v in table.units[rows[0], 2:])
+    place = int(np.flatnonzero(table.bt_list[start : start + size] == b * T + t)[0])
+    chunk, item = divmod(place, CHUNK_ITEMS)
+    return int(rows[chunk]), c // table.c_per_group, item

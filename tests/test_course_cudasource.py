@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+import re
 from pathlib import Path
 
 import pytest
@@ -103,3 +105,12 @@ def test_compiler_messages_name_the_learners_lines():
            f'/tmp/kern.cu(3): warning: something in the header\n')
     mapped = cudasource.map_log(log, prepared, body.count("\n") + 1)
     assert "your line 3: error: expected an expression" in mapped and "skeleton line 3: warning" in mapped
+
+
+def test_a_listing_is_collapsed_escaped_and_the_file_itself():
+    source = kernel_source("encoder_backward_wte_chunked.cu")
+    text = cudasource.listing(source, "kernels/encoder_backward_wte_chunked.cu <click>")
+    assert text.startswith("<details><summary>") and text.endswith("</details>") and "<details open" not in text
+    assert "<summary>kernels/encoder_backward_wte_chunked.cu &lt;click&gt;</summary>" in text
+    shown = re.search(r'<code class="language-cuda">(.*)</code>', text, re.S).group(1)
+    assert "<" not in shown and html.unescape(shown) == source

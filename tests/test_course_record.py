@@ -44,3 +44,12 @@ def test_a_broken_record_line_is_skipped(tmp_path):
     file = tmp_path / "checks.jsonl"
     file.write_text('{"check": "forward", "form": "CUDA", "status": "correct", "time": "t"}\nnot json\n')
     assert [r["check"] for r in record.summary(record.read(file))] == ["forward"]
+
+
+def test_every_exercise_and_build_it_names_its_notebook():
+    """The report's notebook column: no check of the course is listed under "--"."""
+    from gpt2enc_edu.course.skeletons import KERNEL_EXERCISES
+
+    names = {f"exercise {n}" for n in exercises.EXERCISES} | set(KERNEL_EXERCISES) | set(warmups.TITLES)
+    assert names <= set(record.NOTEBOOK), names - set(record.NOTEBOOK)
+    assert record.NOTEBOOK["exercise 6"] == "06"

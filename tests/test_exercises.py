@@ -38,7 +38,17 @@ CASES = [
     pytest.param(5, exercises.check_backward_bytes, solutions.backward_bytes,  # dwte rows counted once only
                  lambda inp, C, itemsize: solutions.backward_bytes(inp, C, itemsize)
                  - int(np.unique(_np(inp)).size) * C * itemsize, True, id="ex5"),
+    pytest.param(6, exercises.check_locate_unit, solutions.locate_unit,  # the item counted from the token's start
+                 lambda table, inp, b, t, c: _place_in_token(table, inp, b, t, c), False, id="ex6"),
 ]
+
+
+def _place_in_token(table, inp, b, t, c):
+    """A wrong answer to Exercise 6: the token's first unit, and the item counted over the token's whole list."""
+    T = inp.shape[1]
+    first = int(np.flatnonzero(table.units[:, 0] == inp[b, t])[0])
+    start, size = (int(v) for v in table.units[first, 2:])
+    return first, c // table.c_per_group, int(np.flatnonzero(table.bt_list[start : start + size] == b * T + t)[0])
 
 
 def _run(check, fn, takes_xp, xp):
@@ -134,6 +144,36 @@ def test_bucket_indices_must_be_integers(fake):
         exercises.check_locate(lambda *args: fake(*solutions.locate(*args)))
 
 
+WRONG_6 = {
+    "the token's first unit": lambda table, inp, b, t, c: (_place_in_token(table, inp, b, t, c)[0],
+                                                          *solutions.locate_unit(table, inp, b, t, c)[1:]),
+    "the item over the token's list": lambda table, inp, b, t, c: (*solutions.locate_unit(table, inp, b, t, c)[:2],
+                                                                   _place_in_token(table, inp, b, t, c)[2]),
+    "bf16's channel groups for fp32": lambda table, inp, b, t, c: (solutions.locate_unit(table, inp, b, t, c)[0],
+                                                                   c // 256, solutions.locate_unit(table, inp, b, t,
+                                                                                                   c)[2]),
+    "the bucket for the unit": lambda table, inp, b, t, c: (solutions.locate(table, inp, b, t, c)[0],
+                                                            *solutions.locate_unit(table, inp, b, t, c)[1:]),
+    "the warp's index in the grid": lambda table, inp, b, t, c: (
+        (lambda u, g, i: (u * table.num_c_groups + g, g, i))(*solutions.locate_unit(table, inp, b, t, c))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WRONG_6))
+def test_wrong_units_groups_and_items_are_caught_and_the_case_named(name):
+    with pytest.raises(exercises.ExerciseError, match=r"Exercise 6: inp=.*C=\d+ \(\w+\), \(b, t, c\)=\(\d+, \d+, "
+                                                      r"\d+\): unit \d+ \(token \d+, chunk \d+\), channel group \d+, "
+                                                      r"item \d+ reads it"):
+        exercises.check_locate_unit(WRONG_6[name])
+
+
+def test_unit_answers_must_be_three_integers():
+    with pytest.raises(exercises.ExerciseError, match="three integers"):
+        exercises.check_locate_unit(lambda table, inp, b, t, c: solutions.locate_unit(table, inp, b, t, c)[:2])
+    with pytest.raises(exercises.ExerciseError, match="must be an integer"):
+        exercises.check_locate_unit(lambda *args: tuple(float(v) for v in solutions.locate_unit(*args)))
+
+
 def test_exercise_2_counts_two_adds_from_zero_as_deterministic():
     with pytest.raises(exercises.ExerciseError, match="occurs 2 times .* cannot change"):
         exercises.check_rows_that_can_differ(lambda inp, V: np.bincount(_np(inp).ravel(), minlength=V) >= 2, xp=np)
@@ -164,9 +204,9 @@ def test_wrong_shapes_are_explained():
 
 
 def test_every_exercise_has_a_check_and_a_solution():
-    assert sorted(exercises.EXERCISES) == [1, 2, 3, 4, 5]
+    assert sorted(exercises.EXERCISES) == [1, 2, 3, 4, 5, 6]
     names = {1: "element_to_thread", 2: "rows_that_can_differ", 3: "locate", 4: "away_from_zero_probability",
-             5: "backward_bytes"}
+             5: "backward_bytes", 6: "locate_unit"}
     for name in names.values():
         assert callable(getattr(solutions, name))
         assert callable(getattr(exercises, f"check_{name}"))

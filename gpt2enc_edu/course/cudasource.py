@@ -11,11 +11,13 @@ All of this is plain text work (tested without a GPU):
   directive lines unchanged), ``_Pragma`` and digraphs, a body whose braces close the kernel, a whole file
   that does not define the exercise's kernel exactly once, and a file that is one of the package's kernel
   files (equal but for comments and whitespace);
-* ``map_log`` rewrites NVRTC's ``file(LINE): error`` lines to the learner's own line numbers.
+* ``map_log`` rewrites NVRTC's ``file(LINE): error`` lines to the learner's own line numbers;
+* ``listing`` wraps a kernel file's text (``loader.kernel_source``) in a collapsed HTML block for a notebook.
 """
 
 from __future__ import annotations
 
+import html
 import re
 from dataclasses import dataclass
 
@@ -140,3 +142,10 @@ def fill(exercise: str, body: str) -> str:
     if is_whole_file(body):
         return body
     return gap_offset(exercise, body)[1]
+
+
+def listing(source: str, summary: str, language: str = "cuda") -> str:
+    """HTML that shows ``source`` (a kernel file's text, as ``loader.kernel_source`` returns it) collapsed under the
+    line ``summary``, opened by a click: ``display(HTML(listing(kernel_source("x.cu"), "kernels/x.cu")))``."""
+    return (f"<details><summary>{html.escape(summary)}</summary>\n"
+            f'<pre><code class="language-{html.escape(language)}">{html.escape(source)}</code></pre>\n</details>')

@@ -1,4 +1,4 @@
-"""Checks for the exercises in notebooks 01-05 (the arithmetic ones; ``buildit`` checks the kernels).
+"""Checks for the exercises in notebooks 01-06 (the arithmetic ones; ``buildit`` checks the kernels).
 
 Each notebook has a function stub for the learner to fill in; it raises ``NotImplementedError`` until
 then. The notebook's next cell hands the function to a ``check_*`` function here, which
@@ -28,7 +28,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..backend import array_module, to_numpy
-from ..layout import pack_size
+from ..layout import CHUNK_ITEMS, pack_size
 from ..rounding import bfloat16
 from . import record
 
@@ -66,6 +66,9 @@ EXERCISES = {
     5: Exercise(5, "the minimal bytes of the backward",
                 "section 1 of this notebook (minimal bytes): which arrays must the backward read, which must it "
                 "write, and which rows of the gradients does it touch at all?"),
+    6: Exercise(6, "find the unit, channel group and item of dout[b, t, c]",
+                "section 2 (the words): a unit is one chunk of one token, and its row of table.units says which "
+                "token, which chunk and where the token's whole list lies in bt_list; a warp sums one channel group."),
 }
 
 
@@ -339,3 +342,52 @@ def check_backward_bytes(fn, xp=None) -> bool:
                                     f"expected {expected} bytes, got {got!r}")
 
     return _report(5, check)
+
+
+# ------------------------------------------------------------------------------------------------------
+# Exercise 6 (notebook 06): reading the chunked method's unit list.
+def check_locate_unit(fn, samples: int = 200) -> bool:
+    """Check ``fn(table, inp, b, t, c) -> (unit, group, item)``: the warp of the chunk kernel that reads
+    ``dout[b, t, c]`` for ``table`` (a ``make_buckets`` table of the NumPy array ``inp``): its row ``unit`` of
+    ``table.units``, its channel group ``group`` (the warp's ``blockIdx.y``) and the ``item`` of the unit's chunk
+    (0 to 31: the lane that loads that position). Three integers. The batches (each with tokens seen more than 32
+    times, and two channel groups or more) and the picks are drawn now; NumPy only, as Exercise 3.
+    """
+    import gpt2enc_edu as enc
+
+    from ..tokens import make_ids
+
+    rng = np.random.default_rng()
+    heavy = make_ids("zipf", 2, 48, V=int(rng.integers(5, 40)), seed=rng)
+    heavy[:, ::2] = int(rng.integers(0, 5))  # one token at half of the 96 positions: two chunks
+    cases = [(heavy, 512, bfloat16)]
+    for kind, dtype in (("zipf", bfloat16), ("uniform", np.float32), ("zipf", np.float32)):
+        cases.append((make_ids(kind, int(rng.integers(1, 5)), int(rng.integers(8, 80)), V=int(rng.integers(3, 30)),
+                               seed=rng), pack_size(dtype) * int(rng.integers(33, 100)), dtype))
+
+    def check():
+        for inp, C, dtype in cases:
+            table = enc.make_buckets(inp, C, dtype)
+            B, T = inp.shape
+            where = {}  # bt -> (unit, item), read off the unit list as the chunk kernel reads it
+            for unit, (_, chunk, start, size) in enumerate(table.units.tolist()):
+                first = start + chunk * CHUNK_ITEMS
+                for item, bt in enumerate(table.bt_list[first : min(first + CHUNK_ITEMS, start + size)].tolist()):
+                    where[bt] = (unit, item)
+            picks = np.stack([rng.integers(0, B, samples), rng.integers(0, T, samples),
+                              rng.integers(0, C, samples)], axis=1)
+            for b, t, c in picks.tolist():
+                answer = _call(fn, table, inp, b, t, c)
+                if not isinstance(answer, (tuple, list)) or len(answer) != 3:
+                    raise ExerciseError(f"Exercise 6: return (unit, group, item) as three integers, got {answer!r}")
+                got = tuple(_as_int(v, name, 6) for v, name in zip(answer, ("unit", "group", "item")))
+                unit, item = where[b * T + t]
+                if got != (unit, c // table.c_per_group, item):
+                    token, chunk = (int(v) for v in table.units[unit, :2])
+                    raise ExerciseError(
+                        f"Exercise 6: inp={inp.tolist() if inp.size <= 8 else inp.shape}, C={C} "
+                        f"({np.dtype(dtype).name}), (b, t, c)=({b}, {t}, {c}): unit {unit} (token {token}, chunk "
+                        f"{chunk}), channel group {c // table.c_per_group}, item {item} reads it, your function "
+                        f"gave {answer!r}")
+
+    return _report(6, check)

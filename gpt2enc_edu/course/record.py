@@ -23,7 +23,7 @@ from pathlib import Path
 #: The notebook of each check (the graded kernels, the warm-ups and the arithmetic exercises).
 NOTEBOOK = {"add_bias": "00", "warp_sum": "00", "block_sum": "00", "forward": "01", "atomic": "02", "wpe": "03",
             "wte_bucketed": "03", "exercise 1": "01", "exercise 2": "02", "exercise 3": "03", "exercise 4": "04",
-            "exercise 5": "05"}
+            "exercise 5": "05", "exercise 6": "06"}
 _warned = False
 
 
