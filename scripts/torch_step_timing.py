@@ -3,11 +3,11 @@
     python scripts/torch_step_timing.py [--batch-sizes 1 8 64] [--ids real] [--repeats 60] [--profile]
 
 Times the bench's ``step`` cases (``gpt2enc_edu.bench.cases``: forward + backward into fresh gradients, host-timed
-around synchronised calls) at GPT-2's shape, and the GPU time of the CUDA-graph replay of the adapter's step (the
-bench's GPU timer: CUDA events, L2 flushed first), so that the replay's host time can be read against it. Prints one
-table; ``--profile`` adds where the host time of the eager adapter step goes (cProfile, the largest B). Needs CuPy,
-a GPU and a CUDA build of torch. The committed numbers come from ``python -m gpt2enc_edu.bench``, which times the
-same cases at every B.
+around synchronised calls, the four in turn as the bench times them) at GPT-2's shape, and the GPU time of the
+CUDA-graph replay of the adapter's step (the bench's GPU timer: CUDA events, L2 flushed first), so that the replay's
+host time can be read against it. Prints one table; ``--profile`` adds where the host time of the eager adapter
+step goes (cProfile, the largest B). Needs CuPy, a GPU and a CUDA build of torch. The committed numbers come from
+``python -m gpt2enc_edu.bench``, which times the same cases at every B.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import io
 import pstats
 
 from gpt2enc_edu.bench import cases, run
-from gpt2enc_edu.bench.timer import summarize, time_synchronised
+from gpt2enc_edu.bench.timer import summarize, time_synchronised_in_turn
 
 STEPS = ("torch_step", "torch_step_det", "adapter_step", "adapter_step_graph")
 
@@ -46,18 +46,19 @@ def main() -> None:
     for kind in args.ids:
         for B in args.batch_sizes:
             w = run.make_workload(session, config, kind, B)
-            medians = {}
-            for name in STEPS:
-                timed = cases.CASES_BY_NAME[name].setup(w)
-                try:
-                    samples = time_synchronised(timed.fn, torch.cuda.synchronize, warmup=args.warmup,
-                                                repeats=args.repeats)
-                    if name == "adapter_step_graph":
-                        gpu, _ = session.timer.time(timed.fn, timed.stream, warmup=args.warmup, repeats=args.repeats)
-                        medians["gpu"] = summarize(gpu).median * 1e6
-                finally:
-                    timed.teardown()
-                medians[name] = summarize(samples).median * 1e6
+            timed = {}
+            try:
+                for name in STEPS:
+                    timed[name] = cases.CASES_BY_NAME[name].setup(w)
+                samples = time_synchronised_in_turn({n: t.fn for n, t in timed.items()}, torch.cuda.synchronize,
+                                                    warmup=args.warmup, repeats=args.repeats)
+                replay = timed["adapter_step_graph"]
+                gpu, _ = session.timer.time(replay.fn, replay.stream, warmup=args.warmup, repeats=args.repeats)
+            finally:
+                for t in reversed(list(timed.values())):  # each teardown restores what its setup found
+                    t.teardown()
+            medians = {name: summarize(samples[name]).median * 1e6 for name in STEPS}
+            medians["gpu"] = summarize(gpu).median * 1e6
             cells = [f"{medians[n]:.1f}" for n in STEPS]
             ratio = medians["adapter_step_graph"] / medians["gpu"]
             print(f"| {kind} | {B} | " + " | ".join(cells) + f" | {medians['gpu']:.1f} | {ratio:.2f} |")

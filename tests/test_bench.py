@@ -187,6 +187,8 @@ def test_calls_timed_in_turn_each_get_their_own_time_in_a_rotating_order(monkeyp
     assert timer.time_synchronised(clock.call("d", 0.5), clock.sync, warmup=0, repeats=3) == [0.5] * 3
     with pytest.raises(ValueError, match="repeats must be"):
         timer.time_synchronised_in_turn({"a": clock.call("a", 1.0)}, clock.sync, warmup=0, repeats=0)
+    with pytest.raises(ValueError, match="at least one call"):
+        timer.time_synchronised_in_turn({}, clock.sync, warmup=0, repeats=1)
 
 
 def test_the_steps_of_a_workload_are_timed_together_and_torn_down_in_reverse(monkeypatch):

@@ -222,10 +222,11 @@ def time_steps(s: Session, config: BenchConfig, steps: list[Case], w: Workload) 
                 timed[case.name] = case.setup(w)
             except Exception as exc:  # reported, and the other steps are still timed
                 failed(case, exc)
+        calls = {name: t.fn for name, t in timed.items()}
         try:
-            samples = time_synchronised_in_turn({name: t.fn for name, t in timed.items()},
-                                                s.cp.cuda.runtime.deviceSynchronize, warmup=config.warmup,
-                                                repeats=config.repeats)
+            if calls:
+                samples = time_synchronised_in_turn(calls, s.cp.cuda.runtime.deviceSynchronize, warmup=config.warmup,
+                                                    repeats=config.repeats)
         except Exception as exc:  # the steps were timed together: each is reported
             for name in timed:
                 failed(CASES_BY_NAME[name], exc)

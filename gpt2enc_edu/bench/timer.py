@@ -154,6 +154,8 @@ def time_synchronised_in_turn(fns: dict, synchronize, *, warmup: int, repeats: i
     repeats = check_int("repeats", repeats, minimum=1)
     warmup = check_int("warmup", warmup, minimum=0)
     names = list(fns)
+    if not names:
+        raise ValueError("time_synchronised_in_turn needs at least one call to time")
     for name in names:
         for _ in range(warmup):
             fns[name]()
