@@ -385,6 +385,13 @@ def test_readme_block():
         tables.readme_block(results.rows, results.meta, B=8)
 
 
+def test_the_step_table_says_its_steps_were_timed_in_turn_only_where_the_run_did():
+    results = fake_results(kinds=("uniform", "zipf", "real"))
+    older = tables.readme_block(results.rows, results.meta)
+    newer = tables.readme_block(results.rows, {**results.meta, "step_timing": timer.STEP_TIMING_IN_TURN})
+    assert "timed in turn" not in older and "the steps of each B timed in turn, medians:" in newer
+
+
 def test_readme_block_without_step_rows_has_no_step_table():
     results = fake_results()
     rows = [r for r in results.rows if r["case"] not in tables.README_STEP_ROWS]

@@ -30,6 +30,7 @@ from .floor import distinct_ids
 from .report import Results, make_row
 from .timer import (
     COPY_BYTES,
+    STEP_TIMING_IN_TURN,
     GpuTimer,
     Summary,
     measure_copy_rate,
@@ -252,6 +253,7 @@ def run_meta(s: Session, config: BenchConfig, cases, *, device_name: str, comman
     cp = s.cp
     return dict(
         device=device_name,
+        step_timing=STEP_TIMING_IN_TURN if any(c.family == "step" for c in cases) else None,
         compute_capability=f"sm_{s.device.compute_capability}",
         l2_cache_bytes=int(s.device.attributes.get("L2CacheSize", 0)),
         date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

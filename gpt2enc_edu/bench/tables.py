@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .cases import CASES, ID_KINDS, T_GPT2, chunked_call_builds_table, piece_value
 from .floor import OPS, copy_rate_of
+from .timer import STEP_TIMING_IN_TURN
 
 README_START = "<!-- bench-table:start -->"
 README_END = "<!-- bench-table:end -->"
@@ -204,18 +205,18 @@ def readme_block(rows, meta: dict | None = None, *, B: int | None = None, result
     if any(r != "-" for r in ratios):
         lines.append("| speed-up of the default backward over PyTorch's deterministic one | " + " | ".join(ratios)
                      + " |")
-    return "\n".join(lines + _step_lines(by_key, sizes))
+    return "\n".join(lines + _step_lines(by_key, sizes, in_turn=meta.get("step_timing") == STEP_TIMING_IN_TURN))
 
 
-def _step_lines(by_key: dict, sizes: list[int]) -> list[str]:
+def _step_lines(by_key: dict, sizes: list[int], *, in_turn: bool) -> list[str]:
     """The README's second table: a training step through PyTorch (``README_STEP_ROWS``), where the run timed one."""
     sizes = [b for b in README_STEP_SIZES if b in sizes]
     rows = {label: [by_key.get((name, README_STEP_KIND, b)) for b in sizes] for name, label in README_STEP_ROWS.items()}
     if not any(r is not None for cells in rows.values() for r in cells):
         return []
     lines = ["", f"A training step through PyTorch, forward + backward into fresh gradients, {README_STEP_KIND} ids: "
-             "host time around synchronised calls (what a training loop waits for), the steps of each B timed in "
-             "turn, medians:", "",
+             "host time around synchronised calls (what a training loop waits for), "
+             + ("the steps of each B timed in turn, " if in_turn else "") + "medians:", "",
              "| step | " + " | ".join(f"B={b}" for b in sizes) + " |", "|---|" + "---|" * len(sizes)]
     for label, cells in rows.items():
         lines.append(f"| {label} | " + " | ".join(_cell(r) for r in cells) + " |")

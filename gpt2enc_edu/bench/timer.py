@@ -145,6 +145,11 @@ def time_synchronised(fn, synchronize, *, warmup: int, repeats: int) -> list[flo
     return time_synchronised_in_turn({"fn": fn}, synchronize, warmup=warmup, repeats=repeats)["fn"]
 
 
+#: ``meta.json``'s ``step_timing`` for a run whose ``step`` cases were timed in turn (``time_synchronised_in_turn``);
+#: runs without the key timed each step in a block of its own, and their step rows compare less well.
+STEP_TIMING_IN_TURN = "in turn"
+
+
 def time_synchronised_in_turn(fns: dict, synchronize, *, warmup: int, repeats: int) -> dict[str, list[float]]:
     """``time_synchronised`` for several calls (name -> call) at once, taken in turn: each repeat times every call
     once, starting one further along at each repeat. A host's speed drifts from one stretch of time to the next (its
