@@ -222,7 +222,8 @@ def _table_ready(w: Workload):
 
 
 def case_wte_bucketed_kernel(w: Workload) -> Timed:
-    """The bucketed wte kernel alone (llm.c's scheme: one block per bucket), table ready."""
+    """The bucketed wte kernel alone, table ready: llm.c's sums in llm.c's order, in the form the package picks
+    (``cuda.bucketed_form``: a warp for each small bucket, a block for each big one)."""
     table = _table_ready(w)
     return Timed(lambda: cuda.encoder_backward_wte_bucketed(w.dwte, table, w.dout, w.C, w.next_seed()), w.stream)
 
