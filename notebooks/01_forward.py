@@ -136,7 +136,7 @@ for thread in (0, 5, 11):
 # it is limited by memory, never by arithmetic. The memory system serves whole 32-byte sectors and
 # 128-byte cache lines. When the 32 threads of a warp each load 16 consecutive bytes, one instruction
 # covers 512 contiguous bytes: four full cache lines. With 2-byte loads the same bytes would need eight
-# instructions, eight times the index math, and eight times as many requests in flight.
+# instructions, eight times the index math, and eight times as many requests to keep the same bytes in flight.
 #
 # The price is two rules, which the package checks before launching anything: C must be a multiple of the
 # pack width, and arrays must start on a 16-byte boundary.

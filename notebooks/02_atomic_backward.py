@@ -254,12 +254,11 @@ for method, (first, second) in runs16.items():
 # %% [markdown]
 # ### (optional) Why the fp32 route copies only the rows the batch uses
 #
-# fp32 atomics need fp32 targets, and bf16 gradients are not fp32. The first form of this route converted
-# the whole of `dwte` to fp32 before the adds and back after them: all V × C elements read and written
-# twice, however few rows the batch touched. At small batches that is far more traffic than the adds
-# themselves, and the route was slower than PyTorch's embedding backward (`docs/experiments.md`, "Atomic
-# baselines", has the measurements). Now a *widen* kernel copies to fp32 only the rows of the tokens the
-# batch uses (a per-token stamp lets the first warp that meets a token claim its row, so each row is copied
+# fp32 atomics need fp32 targets, and bf16 gradients are not fp32. Converting the whole of `dwte` to fp32
+# before the adds and back after them would read and write all V × C elements twice, however few rows the
+# batch touched: at small batches far more traffic than the adds themselves, enough to make the route slower
+# than PyTorch's embedding backward (`docs/experiments.md`, "Atomic baselines", has the measurements). So a
+# *widen* kernel copies to fp32 only the rows of the tokens the batch uses (a per-token stamp lets the first warp that meets a token claim its row, so each row is copied
 # once), and a *narrow* kernel rounds those rows back to bf16 once after the adds. The bytes of both
 # designs for this batch, at GPT-2's vocabulary:
 

@@ -218,8 +218,9 @@ ax = rounding_plots.round_up_probability(fractions, observed, title="1 + f * 2^-
 # * **the element's flat index**, not the thread's or the block's: which thread writes an element
 #   depends on the launch shape and on the bucket table, and must not change the result. Keyed by the
 #   element, the GPU and the mirror draw the same number, and bucket order cannot matter (notebook 03);
-# * **a stream per tensor** (`dwte` 0, `dwpe` 1), so that element 5 of `dwte` and element 5 of `dwpe`
-#   do not share their random numbers;
+# * **a stream per tensor** (`dwte` 0, `dwpe` 1; a *stream* of the noise, a separate sequence of its numbers,
+#   nothing to do with CUDA streams), so that element 5 of `dwte` and element 5 of `dwpe` do not share their
+#   random numbers;
 # * **a fresh seed every step**. With a fixed seed each element keeps its threshold forever, and the
 #   rounding stops being random: an element whose threshold lies above the update's `dropped` bits never
 #   rounds up (stuck, like round-to-nearest), one whose threshold lies below always rounds up (a full

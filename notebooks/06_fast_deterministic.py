@@ -198,9 +198,12 @@ done = exercises.check_locate_unit(locate_unit)
 #
 # A token with a single chunk is finished by its warps. A token with several chunks needs its partials added
 # in chunk order, so its warps store them in a scratch buffer, and a second, small kernel (the *combine*
-# kernel) adds them up: it has one block per unit of such a token, and those blocks share out the token's channels,
-# a slice each, so that a token with hundreds of chunks is added by many SMs at once. Here is the warp's body in per-thread Python
-# (`gpt2enc_edu.course.perthread`): the same index math and the same fp32 adds as the CUDA, one lane at a time.
+# kernel) adds them up. A second kernel, because the chunks' warps sit in different blocks, which cannot wait for
+# each other inside one launch (no barrier spans a grid, short of a cooperative launch); the end of a kernel is the
+# point where every partial is written. The combine kernel has one block per unit of such a token, and those
+# blocks share out the token's channels, a slice each, so that a token with hundreds of chunks is added by many
+# SMs at once. Here is the warp's body in per-thread Python (`gpt2enc_edu.course.perthread`): the same index math
+# and the same fp32 adds as the CUDA, one lane at a time.
 # Read the chunk kernel first: `unit` from the block and warp index (`CHUNKED_WARPS_PER_BLOCK` = 8 warps per block,
 # each on a unit of its own), the channel group from `blockIdx.y`, lane `l` loading the position of item `l`, then
 # the loop over the chunk's items. The combine kernel after it uses two more words:
@@ -368,12 +371,13 @@ for batch in (1, 2, 8, 64, 65, 128):
 # hold the same value as its own), a scan per class over the 32 sets gives each token its place in its class, and
 # the few tokens seen more than 32 times are ranked by comparing them with each other. A scan of the counts gives
 # every token its start in `bt_list`. One launch in all. (The chunked wte kernels read only the units and `bt_list`, so for the
-# chunked method the kernel skips the bucket rows: three 16-byte rows per token, written from one SM, were up to a
-# tenth of its time.)
+# chunked method the kernel skips the bucket rows: three 16-byte rows per token, written from one SM, would cost up
+# to a tenth of its time.)
 #
 # ### 5b. (optional) The scatter route: up to 64 sequences
 #
-# It needs no sort of the positions and no grid-wide barrier, because of two facts about this particular table:
+# (Why 64: one of its steps keeps a bitmap of all B·T positions in a block's shared memory, one bit each, sized for
+# 64 × 1024 positions; larger batches take the cooperative kernel of 5c.) It needs no sort of the positions and no grid-wide barrier, because of two facts about this particular table:
 #
 # * **Most tokens are seen at most 32 times.** Give each such count its own *class*. The bucket order puts
 #   the few *big* tokens (seen more often) first, then the classes 32, 31, …, 1, ids ascending inside a class.
@@ -540,8 +544,8 @@ if present:
 # in the number of rounds that cell prints, while the rest of the GPU waits. With the **chunked** kernel the kinds
 # of ids come together: each of the top token's chunks is a unit of its own, with 3 warps, and no warp sums more
 # than 32 positions, so the skewed
-# batches cost about what the uniform one does. Still, the whole chunked backward stays a few times above its
-# memory floor (the ratio printed above): the table's chain of short steps and the wte kernels' scattered row
+# batches cost about what the uniform one does. Still, the whole chunked backward stays about two to three times
+# above its memory floor (the ratio printed above): the table's chain of short steps and the wte kernels' scattered row
 # reads, not the bytes. At small B every line flattens: there the fixed costs (kernel launches, the bucket table's
 # chain of short steps of section 6) dominate, not the bytes moved, which is also why no kernel gets near its memory
 # floor there (notebook 05).
@@ -573,7 +577,8 @@ display(HTML(cudasource.listing(kernel_source('encoder_backward_small.cu'),
                                  "kernels/encoder_backward_small.cu: the backward in one launch (click to open)")))
 
 # %% [markdown]
-# The check: one Zipf sequence with one token put at 600 of its positions (19 chunks: three passes of a block).
+# The check: one Zipf sequence with one token put at 600 of its positions (19 chunks: three passes of a block,
+# which sums 8 chunks at once).
 # The one-launch backward (on a GPU the kernel, without one its mirror) against the table path (the table, the
 # chunk and combine kernels and the wpe kernel, in the NumPy mirror), bit for bit.
 

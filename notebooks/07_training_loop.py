@@ -326,8 +326,8 @@ else:
 # the launches it recorded then: `gpt2enc_edu.plans`). `nn.Embedding`'s path is C++ all the way. The GPU's work
 # of the same calls, and the same steps host-timed by the benchmark, all from the committed benchmark (its GPU is
 # named; the cell above ran on this machine). The benchmark's step rows and the cell above time the same step, but
-# in two processes at two moments: host times move by tens of percent between runs (docs/experiments.md, "launch
-# plans for the adapter's CUDA calls"), so compare rows within one of them, not across.
+# in two processes at two moments, and host times differ between two processes by tens of percent, at times by
+# nearly 2× (compare the cell above with the bench's rows): compare rows within one of them, not across.
 
 # %%
 from gpt2enc_edu import bench
