@@ -258,9 +258,9 @@ for method, (first, second) in runs16.items():
 # before the adds and back after them would read and write all V × C elements twice, however few rows the
 # batch touched: at small batches far more traffic than the adds themselves, enough to make the route slower
 # than PyTorch's embedding backward (`docs/experiments.md`, "Atomic baselines", has the measurements). So a
-# *widen* kernel copies to fp32 only the rows of the tokens the batch uses (a per-token stamp lets the first warp that meets a token claim its row, so each row is copied
-# once), and a *narrow* kernel rounds those rows back to bf16 once after the adds. The bytes of both
-# designs for this batch, at GPT-2's vocabulary:
+# *widen* kernel copies to fp32 only the rows of the tokens the batch uses (a per-token stamp lets the first
+# warp that meets a token claim its row, so each row is copied once), and a *narrow* kernel rounds those rows
+# back to bf16 once after the adds. The bytes of both designs for this batch, at GPT-2's vocabulary:
 
 # %%
 V_gpt2, per_element = 50257, 2 + 4 + 4 + 2  # widen: read bf16, write fp32; narrow: read fp32, write bf16

@@ -263,8 +263,9 @@ for name, run in toy_runs.items():
 #
 # At the scale of an H100 or H200 (132 SMs, 8 blocks of 256 threads each = 1056 slots) and one GPT-2
 # micro-batch, the cost has to be closer to the kernel (section 5). A bucket's **items** are its positions `bt`,
-# one row of dout each; the **8 warps of a block share its bucket**, one item per warp per round, so a bucket of `size` items takes `ceil(size / 8)` rounds (1 to 8 items: one round),
-# plus a fixed start-up (read the table entry, load and store `dwte`, round), here 0 or 2 rounds.
+# one row of dout each; the **8 warps of a block share its bucket**, one item per warp per round, so a bucket of
+# `size` items takes `ceil(size / 8)` rounds (1 to 8 items: one round), plus a fixed start-up (read the table
+# entry, load and store `dwte`, round), here 0 or 2 rounds.
 
 # %%
 # NBVAL_CHECK_OUTPUT

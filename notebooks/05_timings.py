@@ -257,10 +257,10 @@ if rows:
 #   forward's thread map, run at 93 % of the copy rate (H200).
 # * The forward with **every id equal**, which writes the same output but reads almost nothing (one `wte` row, from
 #   cache), shows the ceiling of this kernel's own mix: about three quarters of the copy rate on the H200 (it moved
-#   its bytes at 3.15 TB/s), 91 % on an H100. So even a perfect gather would not reach 100 % of this floor: read the forward's shares above
-#   against the ceiling of the card the committed run used (its name is printed in section 3). The gap splits in
-#   two: from 100 % down to that ceiling is the cost of the write-heavy mix itself; from the ceiling down to the
-#   forward's share is what the gathers cost.
+#   its bytes at 3.15 TB/s), 91 % on an H100. So even a perfect gather would not reach 100 % of this floor: read
+#   the forward's shares above against the ceiling of the card the committed run used (its name is printed in
+#   section 3). The gap splits in two: from 100 % down to that ceiling is the cost of the write-heavy mix itself;
+#   from the ceiling down to the forward's share is what the gathers cost.
 # * On uniform ids Nsight Compute (NVIDIA's kernel profiler) counts more bytes read from DRAM than the distinct rows
 #   hold (rows evicted from L2 between two uses are read twice). Other thread maps, cache hints, and maps that
 #   keep loads and stores in flight together gained at most a microsecond or two.

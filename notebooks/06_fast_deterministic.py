@@ -370,14 +370,15 @@ for batch in (1, 2, 8, 64, 65, 128):
 # which tokens of its set share a count with a warp **match** (`__match_any_sync`: every lane learns which lanes
 # hold the same value as its own), a scan per class over the 32 sets gives each token its place in its class, and
 # the few tokens seen more than 32 times are ranked by comparing them with each other. A scan of the counts gives
-# every token its start in `bt_list`. One launch in all. (The chunked wte kernels read only the units and `bt_list`, so for the
-# chunked method the kernel skips the bucket rows: three 16-byte rows per token, written from one SM, would cost up
-# to a tenth of its time.)
+# every token its start in `bt_list`. One launch in all. (The chunked wte kernels read only the units and
+# `bt_list`, so for the chunked method the kernel skips the bucket rows: three 16-byte rows per token, written from
+# one SM, would cost up to a tenth of its time.)
 #
 # ### 5b. (optional) The scatter route: up to 64 sequences
 #
 # (Why 64: one of its steps keeps a bitmap of all B·T positions in a block's shared memory, one bit each, sized for
-# 64 × 1024 positions; larger batches take the cooperative kernel of 5c.) It needs no sort of the positions and no grid-wide barrier, because of two facts about this particular table:
+# 64 × 1024 positions; larger batches take the cooperative kernel of 5c.) It needs no sort of the positions and no
+# grid-wide barrier, because of two facts about this particular table:
 #
 # * **Most tokens are seen at most 32 times.** Give each such count its own *class*. The bucket order puts
 #   the few *big* tokens (seen more often) first, then the classes 32, 31, …, 1, ids ascending inside a class.
@@ -543,10 +544,9 @@ if present:
 # at large B: the Zipf line lies above the others, because one block sums the top token's thousands of positions
 # in the number of rounds that cell prints, while the rest of the GPU waits. With the **chunked** kernel the kinds
 # of ids come together: each of the top token's chunks is a unit of its own, with 3 warps, and no warp sums more
-# than 32 positions, so the skewed
-# batches cost about what the uniform one does. Still, the whole chunked backward stays about two to three times
-# above its memory floor (the ratio printed above): the table's chain of short steps and the wte kernels' scattered row
-# reads, not the bytes. At small B every line flattens: there the fixed costs (kernel launches, the bucket table's
+# than 32 positions, so the skewed batches cost about what the uniform one does. Still, the whole chunked backward
+# stays about two to three times above its memory floor (the ratio printed above): the table's chain of short steps
+# and the wte kernels' scattered row reads, not the bytes. At small B every line flattens: there the fixed costs (kernel launches, the bucket table's
 # chain of short steps of section 6) dominate, not the bytes moved, which is also why no kernel gets near its memory
 # floor there (notebook 05).
 #
