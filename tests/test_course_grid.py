@@ -328,5 +328,7 @@ def test_loads_and_stores_past_the_end_or_misaligned_are_faults():
         grid.load128(a, 16)
     with pytest.raises(grid.KernelFault, match="misaligned"):
         grid.store128(a, 2, np.zeros(4, dtype=np.float32))
+    with pytest.raises(grid.KernelFault, match="misaligned"):  # misaligned and past the end: misaligned
+        grid.load128(a, 14)
     with pytest.raises(grid.KernelFault):
         grid.launch(lambda cuda: None, 1, 2048, ())

@@ -80,15 +80,17 @@ def _pack_range(array, start: int, what: str, thread) -> tuple[int, int]:
     start, size = int(start), pack_size(array.dtype)
     mem = getattr(array, "_mem", None)
     thread = thread or (mem._who() if mem is not None else "a thread")
-    if start < 0 or start + size > array.size:
-        raise KernelFault(f"{thread}: {what} {_fault_name(array)} elements {start}..{start + size - 1}, outside "
-                          f"the array ({array.size} elements)", _one(thread, f"{what} {_fault_name(array)}",
-                                                                    _fault_name(array), range(start, start + size)))
+    # Alignment first: the GPU faults a misaligned 128-bit access whatever its address, so a pack that is both
+    # misaligned and past the end is reported the same way whichever thread runs first.
     if start % size:
         raise KernelFault(f"{thread}: {what} {_fault_name(array)} at element {start}, not a multiple of {size} "
                           "(misaligned: a 128-bit access must start on a 16-byte boundary)",
                           _one(thread, f"misaligned {what} {_fault_name(array)}", _fault_name(array),
                                range(start, start + size)))
+    if start < 0 or start + size > array.size:
+        raise KernelFault(f"{thread}: {what} {_fault_name(array)} elements {start}..{start + size - 1}, outside "
+                          f"the array ({array.size} elements)", _one(thread, f"{what} {_fault_name(array)}",
+                                                                    _fault_name(array), range(start, start + size)))
     return start, size
 
 
