@@ -351,7 +351,9 @@ ax = rounding_plots.error_vs_adds(adds[rows], arrived, ylabel="fraction of the e
 # *Figure: one point per touched row; with fp32 accumulation the fraction climbs towards 1 as rows get more
 # adds, with bf16 atomics it stays far below: the updates were swallowed one by one.* Rounding the fp32 total
 # to nearest still loses the rows whose whole update is under half an ULP; notebook 04's stochastic
-# rounding fixes that part.
+# rounding fixes that part. The printed share of touched elements that "did not move at all" counts exactly these
+# losses: with fp32 accumulation, elements whose whole update is under half an ULP of their value; with bf16
+# atomics, also elements every one of whose adds was.
 #
 # Both runs of the first bf16 problem stay within their own error bound (bf16 atomics get the far looser
 # `rounding_per_add=True` bound, one bf16 rounding per add):

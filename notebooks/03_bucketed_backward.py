@@ -499,7 +499,7 @@ print("shuffled bucket order, same dwte bits:", compare.bitwise_equal(on.dwte, r
 #    GPU only, which is why the GPU-built table (notebook 06) matters.
 # 6. **Streaming loads**: both read `dout` with `load128cs` (each pack is read by one bucket only).
 # 7. **Who sums a small bucket.** llm.c gives every bucket a block. The package launches the warps form (section
-#    5): one warp per bucket of at most 8 items, in a grid of an eighth of the blocks. The sums and the bits are
+#    5): one warp per bucket of at most 8 items, 8 such buckets per block of 8 warps, so an eighth as many blocks. The sums and the bits are
 #    the same; on uniform ids, where almost every bucket is tiny, the kernel takes about half the time.
 #
 # What follows, from a comparison on the same inputs (H200, llm.c commit `f1e2ace6`, B = 64, uniform and Zipf

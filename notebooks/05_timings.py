@@ -117,8 +117,10 @@ for kind in bench.ID_KINDS:
     print(f"  {kind:8s} {distinct:6d} distinct ids: " + ";  ".join(parts))
 
 # %% [markdown]
-# The same arithmetic at **B = 1**: one sequence. The output (or `dout`) is then 1.5 MB, and the wpe rows as
-# much again, so the floor is a few microseconds at most; keep these numbers in mind for section 3.
+# The same arithmetic at **B = 1**: one sequence. The output (or `dout`) is then 1.5 MB, the wpe rows as much
+# again, and the distinct wte rows up to as much again (uniform ids touch almost a row per position); the backward
+# reads and writes its gradient rows. So the minimal bytes are a few megabytes (the cell prints them) and the floor
+# a few microseconds at most; keep these numbers in mind for section 3.
 
 # %%
 print(f"B=1: minimal bytes and floor (copy rate {COPY_RATE / 1e9:.0f} GB/s)")
@@ -207,8 +209,8 @@ if live_rows:
 # Toward small B the floor falls almost in proportion to B (less at the smallest B, where the T wpe rows and one
 # sequence's distinct rows are a fixed share); the measured lines do not follow it down. At B=1 the minimal bytes are
 # the few megabytes of section 1, a microsecond or two of copying, but a call still pays its launches, its
-# sort of the ids (the bucket table's chain of short steps, or at B=1 the sort every block of the chunked
-# method's one kernel does; notebook 06), and for the CPU route the host round trip: those **fixed costs** set
+# sort of the ids (the bucket table's chain of short steps, or, at B=1, the sort of the ids that every block of
+# the chunked method's one-launch kernel does for itself; notebook 06 section 8), and for the CPU route the host round trip: those **fixed costs** set
 # the time at small B. The last panel answers a second question, what the bucket table costs where it is built:
 # the CPU route (the ids to the host, `make_buckets` in NumPy, the table back) takes milliseconds, the GPU table
 # alone tens of microseconds, which is why the package builds the table on the GPU for CuPy arrays.

@@ -46,13 +46,16 @@
 # %% [markdown]
 # **CUDA beyond the prerequisites**, one line each (the helpers named are in `kernels/common.cuh`):
 #
+# The core sections need only the last three rows; the others can wait until the optional section that uses
+# them.
+#
 # | feature | what it does | where |
 # |---|---|---|
 # | `__match_any_sync(mask, v)` | a warp **match**: each lane gets the mask of the lanes whose `v` equals its own (sm_70 and newer) | 5a, 5b |
 # | `__ballot_sync(mask, p)` | a warp **ballot**: every lane gets the same 32-bit mask, bit `l` set where lane `l`'s predicate `p` is true | 5b |
 # | `__syncwarp()` | a barrier for the 32 lanes of one warp only | 3b |
-# | `cp.async` (`copy16_async`, `commit_async_copies`, `wait_async_copies`, `wait_async_copies_but<N>`) | copies 16 bytes from global to shared memory asynchronously, with no register held while it travels; the thread commits its copies in batches and waits for them (all, or all but its N newest batches) before it reads them (sm_80 and newer) | 3b |
-# | programmatic dependent launch (`wait_for_previous_grid` / `allow_next_grid`) | a kernel launched this way may be set up and start while the kernel before it on the stream still runs, once every block of that one has called `allow_next_grid` or exited; its threads wait in `wait_for_previous_grid` until that kernel has ended and its writes are visible (sm_90 and newer; elsewhere both do nothing) | 3b, 7 |
+# | `cp.async` (`copy16_async`, then `commit_async_copies` and `wait_async_copies`) | copies 16 bytes from global to shared memory without holding a register while it travels; the thread waits for its copies before it reads them (sm_80 and newer) | 3b |
+# | programmatic dependent launch (`allow_next_grid` / `wait_for_previous_grid`) | the next kernel on the stream starts its setup while this one still runs, and waits in `wait_for_previous_grid` until this one's writes are visible (sm_90 and newer; elsewhere both do nothing) | 3b, 7 |
 # | cooperative launch | a launch whose blocks are all resident on the GPU at once (the grid must fit), so that `grid.sync()` can be a barrier across the whole grid | 5c |
 # | CUDA graph | a sequence of launches recorded once from a stream and replayed with one call from the host | 5b, 6 |
 
@@ -108,11 +111,12 @@ print(f"chunked: {table.num_units} units of at most {layout.CHUNK_ITEMS} positio
 #   in its range of `bt_list` (the kernels call each entry of that list an *item*).
 # * **channel group**: 256 consecutive channels in bf16 (32 lanes × a 16-byte pack of 8 channels each; 128 channels
 #   in fp32). C = 768 in bf16 has 3 of them (the cell below computes it). A warp only ever sums one channel group.
-# * **chunk**: up to 32 consecutive positions of one token's list; a token seen n times has ⌈n / 32⌉ chunks,
-#   the last one shorter.
+# * **chunk**: up to 32 consecutive positions of one token's list (32, so that each lane of a warp loads one
+#   position); a token seen n times has ⌈n / 32⌉ chunks, the last one shorter.
 # * **unit**: one chunk of one token, the row `units[u] = (token, chunk, start, size)` of the table (`start` and
 #   `size` are the token's whole range in `bt_list`; the chunk begins `chunk · 32` items in).
-# * **warp**: the chunk kernel gives **one warp to each (unit, channel group)**: at C = 768, 3 warps per unit.
+# * **warp**: the *chunk kernel* (the first of the chunked method's two kernels; the *combine kernel*, section 3,
+#   is the second) gives **one warp to each (unit, channel group)**: at C = 768, 3 warps per unit.
 #   (Notebook 03's *bucket* is a (token, channel group), and the bucketed kernel gives it one block of 8 warps.)
 
 # %%
@@ -169,7 +173,8 @@ print(f"token {top[0, 0]}: {len(top)} units, chunks {top[0, 1]}..{top[-1, 1]}, p
 # Write `locate_unit(table, inp, b, t, c)` returning `(unit, group, item)`: the row of `table.units` whose warps
 # read that gradient, the channel group of the one warp among them that reads it (its `blockIdx.y`), and the item
 # of the unit's chunk that is position `(b, t)` (0 to 31: lane `item` of the warp loads that position, and its row
-# is add number `item`, counting from 0, of the chunk partial). `table` comes from `enc.make_buckets(inp, C,
+# is add number `item`, counting from 0, of the chunk partial; unlike Exercise 3's, this item counts from the start
+# of the chunk, not of the token's whole list). `table` comes from `enc.make_buckets(inp, C,
 # dtype)` with a NumPy `inp`, as in the cells above.
 #
 # *Hint:* the token is `inp[b, t]`, and a channel group is `table.c_per_group` channels wide; a token's units are
@@ -208,7 +213,8 @@ done = exercises.check_locate_unit(locate_unit)
 # each on a unit of its own), the channel group from `blockIdx.y`, lane `l` loading the position of item `l`, then
 # the loop over the chunk's items. The combine kernel after it uses two more words:
 #
-# * a **slice** is a run of `width` consecutive columns of 4 channels of the token. `combine_slices(num_chunks, C)`
+# * a **column** is 4 channels: one 16-byte pack of fp32 partial sums, which one thread adds.
+# * a **slice** is a run of `width` consecutive columns of the token. `combine_slices(num_chunks, C)`
 #   gives `(num_slices, width)`: about one slice per chunk, but none wider than the block's `COMBINE_THREADS`
 #   threads (one thread adds one column) and none much narrower than `COMBINE_MIN_COLUMNS` columns. The block of the
 #   token's chunk `k` takes slice `k` (and `k + num_chunks`, ... where there are more slices than chunks).
@@ -245,14 +251,18 @@ print(f"{small_table.num_units} units ({int((small_table.sizes[small_table.c_gro
 # ### 3b. (optional) The same kernels in CUDA
 #
 # Read from `kernels/encoder_backward_wte_chunked.cu` (the cell shows it collapsed: click its line to open it).
-# Things to notice: one warp per (unit, channel group) (`blockIdx.y` is the channel group); lane `l` first loads
-# the position of item `l` of the chunk and the warp then passes positions around with `__shfl_sync` (no block
-# barrier); the chunk kernel in two forms, one `chunk_warp` template apart: rows read one at a time into registers,
-# or 8 at a time into the warp's own slice of shared memory with `cp.async` (more rows in flight without the
-# registers to hold them; the package takes it where the grid is one wave, all its blocks on the SMs at once: at
-# GPT-2 shapes on a GPU of 132 SMs, an H100 SXM or an H200, up to two sequences), both adding the same rows in the
-# same order; the combine kernel copying its slice of a token's partials into shared memory with the whole block,
-# two stages in flight, and then adding them in chunk order with one thread per column of 4 channels.
+# Things to notice:
+#
+# * **The warps.** One warp per (unit, channel group); `blockIdx.y` is the channel group. Lane `l` first loads the
+#   position of item `l` of the chunk, and the warp then passes positions around with `__shfl_sync`: no block
+#   barrier.
+# * **Two forms of the chunk kernel**, one `chunk_warp` template apart, adding the same rows in the same order:
+#   rows read one at a time into registers, or 8 at a time into the warp's own region of shared memory with
+#   `cp.async` (more rows in flight without the registers to hold them). The package takes the second where the
+#   grid is one wave, all its blocks on the SMs at once: at GPT-2 shapes on a GPU of 132 SMs (an H100 SXM or an
+#   H200), up to two sequences.
+# * **The combine kernel.** The whole block copies its slice of a token's partials into shared memory, two stages
+#   in flight, then adds them in chunk order, one thread per column.
 
 # %%
 display(HTML(cudasource.listing(kernel_source('encoder_backward_wte_chunked.cu'),
@@ -294,15 +304,14 @@ del results, cpu, ref, bound, chunked, bucketed, ulps
 # %% [markdown]
 # ### Why bf16 runs of the two methods usually agree
 #
-# In training the gradients are **bf16** values (notebook 07 finds the chunked and bucketed runs identical, bit
-# for bit). A bf16 value has 8 significant bits; fp32 keeps 24. An fp32 sum of bf16 values is exact, in any order,
+# In training the gradients are **bf16** values (notebook 07, in its GPU configuration with bf16 weights, finds the
+# chunked and bucketed runs identical, bit for bit). A bf16 value has 8 significant bits; fp32 keeps 24. An fp32 sum of bf16 values is exact, in any order,
 # as long as every partial sum fits in 24 bits, which holds for most sums of a few dozen values of similar size;
 # and an exact sum is the same whatever the order. And where two orders do give different fp32 sums, the difference sits in
 # low bits that rounding to bf16 drops, with the same element-keyed noise for both methods. The same problem
-# three ways, `dwte` starting at zero so that the sum *is* the result. (So its fp32 line is not the count of the
-# cell above, on the same ids and `dout`: there each sum was added to `dwte`'s old value before it was stored, and
-# where the old value is the larger, two sums a few low bits apart can store the same value; from zero, every
-# difference of the sums shows.)
+# three ways, `dwte` starting at zero so that the sum *is* the result. The first line below counts more differing
+# elements than the cell above, on the same ids and `dout`, because there each sum was added to a nonzero old
+# `dwte` before it was stored, which can hide a difference in the low bits; from zero, every difference shows.
 
 # %%
 def differing(problem):
@@ -343,6 +352,10 @@ del p, bf16_values, bf16_storage
 # | scatter | `scatter` | `kernels/bucketing_scatter.cu`: five `scatter_*_kernel`s | five short kernels, replayed as one CUDA graph | count each token, compute each token's start by arithmetic, scatter the positions, sort each token's few positions |
 # | cooperative | `cooperative` | `kernels/bucketing.cu`: `bucketing_kernel` | one cooperative launch | two grid-wide radix sorts, phases separated by grid-wide barriers |
 #
+# Two words the routes share: a token seen more than 32 times (`CHUNK_ITEMS`) is **big**; every other token belongs
+# to the **class** of its count, 1 to 32. The bucket order puts the big tokens first, then the classes 32, 31, …, 1,
+# ids ascending inside a class.
+#
 # (*CUDA graph* and *cooperative launch*: the box at the top. The cells below print the names of the second column,
 # and the figures of section 6 title each panel with its route and kernel.)
 #
@@ -364,7 +377,7 @@ for batch in (1, 2, 8, 64, 65, 128):
 # threads holds two keys per thread and sorts all 1024 keys (id, position) with a bitonic network, which gathers the
 # positions of each token, in ascending order. Of the network's 55 compare-exchange steps, 10 swap registers inside a
 # thread, 35 swap through warp shuffles, and only 10 need shared memory and a barrier. The tokens are then put in
-# bucket order without a second sort, by the count classes of the scatter route below. The (at most 1024) distinct
+# bucket order without a second sort, by their count classes (5b says why classes make that arithmetic). The (at most 1024) distinct
 # tokens, in id order, form 32 **sets** of 32 consecutive tokens, one set in the 32 lanes of a warp (the kernel's
 # comments call a set a *group*, `SMALL_GROUPS`; this notebook keeps that word for channel groups). A warp finds
 # which tokens of its set share a count with a warp **match** (`__match_any_sync`: every lane learns which lanes
@@ -380,11 +393,10 @@ for batch in (1, 2, 8, 64, 65, 128):
 # 64 × 1024 positions; larger batches take the cooperative kernel of 5c.) It needs no sort of the positions and no
 # grid-wide barrier, because of two facts about this particular table:
 #
-# * **Most tokens are seen at most 32 times.** Give each such count its own *class*. The bucket order puts
-#   the few *big* tokens (seen more often) first, then the classes 32, 31, …, 1, ids ascending inside a class.
+# * **Most tokens are seen at most 32 times**, so most tokens are in a class, and the big ones are few.
 #   All tokens of a class have the same count, so a token's start in `bt_list` is arithmetic: the class's
 #   first slot + (its place in the class) × count. Its place in the class is a count of same-class tokens
-#   with smaller ids: per tile of 1024 tokens, one warp match (`__match_any_sync`) and a scan over 32
+#   with smaller ids: per *tile* of 1024 consecutive token ids (one block, a set of 32 ids per warp), one warp match (`__match_any_sync`) and a scan over 32
 #   warps. The big tokens (at most B·T / 33 of them) are ranked by one block comparing (count, id) keys.
 # * **Inside a token, `bt_list` must be ascending, and that is a small sort.** Every position goes into its
 #   token's range at whatever slot an integer atomic hands out; then each range is sorted on its own: a warp
@@ -394,9 +406,9 @@ for batch in (1, 2, 8, 64, 65, 128):
 #   class (one ballot, `__ballot_sync`, over the 32 classes' first ranks), and the arithmetic above says where the
 #   range begins. So the chunked method's table skips the small tokens' bucket rows here too.
 #
-# Five short kernels: count; classify (which also adds up the big tokens' items and units); rows, where one block
-# ranks the big tokens while every other block writes a tile's small tokens (each block finds where the classes
-# start from the class totals and those three big-token numbers, so none waits for another); scatter positions;
+# Five short kernels: count; classify (which also counts the big tokens and adds up their items and units); rows,
+# where one block ranks the big tokens while every other block writes a tile's small tokens (each block finds where
+# the classes start from the class totals and those three numbers of the big tokens, so none waits for another); scatter positions;
 # sort each range. No memset before them: the scatter kernel counts every token back down, so the counts are zero
 # again for the next table. The package replays the five as one CUDA graph, so the host pays for one call instead
 # of five launches (a graph keeps the address of the ids it was captured with: an ids buffer seen before gets a
@@ -410,7 +422,7 @@ for batch in (1, 2, 8, 64, 65, 128):
 #
 # ### Every route, the same table (core)
 #
-# What the classes look like for the B = 8 real-text batch of this notebook, and the NumPy twins (kernel by
+# What the classes (section 5's opening) look like for the B = 8 real-text batch of this notebook, and the NumPy twins (kernel by
 # kernel: `gpt2enc_edu.buckets.mirror_scatter`; phase by phase: `gpt2enc_edu.buckets.mirror_cooperative` and, on
 # the batch's first sequence, `gpt2enc_edu.buckets.mirror_small`) against `make_buckets`; on a GPU, the default
 # route too:
@@ -545,8 +557,9 @@ if present:
 # in the number of rounds that cell prints, while the rest of the GPU waits. With the **chunked** kernel the kinds
 # of ids come together: each of the top token's chunks is a unit of its own, with 3 warps, and no warp sums more
 # than 32 positions, so the skewed batches cost about what the uniform one does. Still, the whole chunked backward
-# stays about two to three times above its memory floor (the ratio printed above): the table's chain of short steps
-# and the wte kernels' scattered row reads, not the bytes. At small B every line flattens: there the fixed costs (kernel launches, the bucket table's
+# stays above its memory floor by the ratio printed above; what holds it there, we infer (it has not been
+# profiled), is the table's chain of short steps and the wte kernels' scattered row reads, not the bytes. At small
+# B every line flattens: there the fixed costs (kernel launches, the bucket table's
 # chain of short steps of section 6) dominate, not the bytes moved, which is also why no kernel gets near its memory
 # floor there (notebook 05).
 #
@@ -566,8 +579,9 @@ if present:
 # does the whole backward of at most 1024 ids in one launch. **Every block sorts the ids itself**, with the
 # one-block table's sort in shared memory, so every block knows the tokens' segments without a table in memory or
 # a barrier across the grid, and takes its share of the tokens by index. A token seen at most 8 times is one
-# warp's task, its rows all asked for at once. A more frequent token gets a whole block, one thread per 8 bytes of
-# channels and chunk, so that a chunk's 32 rows are read at once instead of one after another. The sums, and so the
+# warp's task, its rows all asked for at once. A more frequent token gets a whole block per channel group, whose
+# threads each take 8 bytes of channels (4 bf16) of one chunk: 64 threads cover a channel group, so a block of 512
+# threads works on 8 chunks at once, and a chunk's 32 rows are read at once instead of one after another. The sums, and so the
 # bits, are the chunked method's; `encoder_backward(..., method="chunked")` takes this path by itself for up to
 # 1024 ids on the GPU (`docs/performance.md`, "One launch for one sequence"), so the four kernels above are what it
 # runs from a table built ahead, or for more ids. The cell below shows the file collapsed: click its line to open it.
@@ -577,8 +591,8 @@ display(HTML(cudasource.listing(kernel_source('encoder_backward_small.cu'),
                                  "kernels/encoder_backward_small.cu: the backward in one launch (click to open)")))
 
 # %% [markdown]
-# The check: one Zipf sequence with one token put at 600 of its positions (19 chunks: three passes of a block,
-# which sums 8 chunks at once).
+# The check: one Zipf sequence with one token put at 600 of its positions (19 chunks: three passes of a block
+# that works on 8 chunks at once).
 # The one-launch backward (on a GPU the kernel, without one its mirror) against the table path (the table, the
 # chunk and combine kernels and the wpe kernel, in the NumPy mirror), bit for bit.
 

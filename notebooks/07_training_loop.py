@@ -323,8 +323,8 @@ else:
 # of one call (CUDA events, host overhead hidden); the cell above times the **host** around a whole forward and
 # backward, which for our encoder includes its Python: the adapter's autograd function, whose backward runs on
 # autograd's device thread, and one driver call per kernel (after the first call of a shape, the adapter replays
-# the launches it recorded then: `gpt2enc_edu.plans`). `nn.Embedding`'s path is C++ all the way. The GPU's work
-# of the same calls, and the same steps host-timed by the benchmark, all from the committed benchmark (its GPU is
+# the launches it recorded then: `gpt2enc_edu.plans`). `nn.Embedding`'s path is C++ all the way. The next cell
+# prints, from the committed benchmark, the GPU's work of the same calls and the same steps host-timed (its GPU is
 # named; the cell above ran on this machine). The benchmark's step rows and the cell above time the same step, but
 # in two processes at two moments, and host times differ between two processes by tens of percent, at times by
 # nearly 2× (compare the cell above with the bench's rows): compare rows within one of them, not across.
@@ -388,9 +388,14 @@ else:
 
 # %% [markdown]
 # What the encoder changes in a whole step is the difference between the two rows, against the step itself. In a
-# model this small the step is mostly launches and Python on both sides, so compiling helps both encoders and the
-# difference between them is host time, not GPU time (as the host-timed figures above show). In a model whose
-# GPU work per step is long, the host's time hides behind it and the encoder's share of the step is its GPU time.
+# model this small the step is mostly launches and Python on both sides. Compiling takes launches and Python out of
+# the *rest* of the model, and with `nn.Embedding` out of the encoder too: Inductor generates its gather and the
+# position add itself and can fuse them with the kernels around them. It cannot with ours: the adapter's two custom operators still run their
+# Python and their launches every step. So compiling can shorten the `nn.Embedding` step more than ours, and the
+# stored GPU output shows it doing so; the difference between the rows is host time, not GPU time (as the host-timed
+# figures above show; which part of our operators' host time counts most here has not been profiled). In a model
+# whose GPU work per step is long, the host's time hides behind it and the encoder's share of the step is its GPU
+# time.
 
 # %% [markdown]
 # ## 8. What made the rest of the model deterministic (core)
@@ -401,7 +406,7 @@ else:
 #   rounding draws from its own `torch.Generator`, seeded too. No dropout.
 # * **Data order**: fixed windows of the token sample, the same at every run (no shuffling).
 # * **Matmuls**: cuBLAS is reproducible on one GPU with a fixed workspace configuration,
-#   `CUBLAS_WORKSPACE_CONFIG=:4096:8`, set before CUDA starts (the first cell after the setup).
+#   `CUBLAS_WORKSPACE_CONFIG=:4096:8`, set before CUDA starts (the second code cell of section 0).
 # * **Attention**: written out (`q @ k.T`, mask, softmax, `@ v`) rather than a fused attention kernel, some of
 #   whose backward passes use atomics.
 # * **Everything else** (LayerNorm, GELU, softmax, cross-entropy, AdamW's elementwise update) reduces in a
