@@ -563,12 +563,14 @@ if present:
 # chain of short steps of section 6) dominate, not the bytes moved, which is also why no kernel gets near its memory
 # floor there (notebook 05).
 #
-# A piece can take longer alone than the whole call that holds it (compare, in the printed lines, the bucketed wte
-# kernel alone with the whole bucketed backward). The bench times each piece alone, after overwriting L2 (cold:
-# all of `dout` comes from memory). Inside the whole call the wpe kernel reads all of `dout` beside the table and
-# the wte kernel, so the wte kernel can find in L2 part of `dout` that the wpe kernel has just read; and on sm_90
-# and newer the call sets the wte kernel up while the kernel before it runs (`docs/benchmarks.md`, on the pieces;
-# `docs/experiments.md`, "dout left in L2 for the wte kernels", for what keeping more of `dout` there changes).
+# ### (optional) Why a piece alone can take longer than the whole call
+#
+# Compare, in the printed lines, the bucketed wte kernel alone with the whole bucketed backward that holds it. The bench
+# times each piece alone, after overwriting L2 (cold: all of `dout` comes from memory). Inside the whole call the wpe
+# kernel reads all of `dout` beside the table and the wte kernel, so the wte kernel can find in L2 part of `dout` that
+# the wpe kernel has just read; and on sm_90 and newer the call sets the wte kernel up while the kernel before it runs
+# (`docs/benchmarks.md`, on the pieces; `docs/experiments.md`, "dout left in L2 for the wte kernels", for what keeping
+# more of `dout` there changes).
 
 # %% [markdown]
 # ## 8. (optional) One sequence, one launch
