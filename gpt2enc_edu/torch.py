@@ -6,51 +6,22 @@ torch tensors.
     from gpt2enc_edu.torch import GPT2Embedding
 
     emb = GPT2Embedding(50257, 1024, 768, dtype=torch.bfloat16, device="cuda")
+    ids = torch.randint(0, 50257, (8, 1024), device="cuda")
     x = emb(ids)                    # (B, T, C) = wte[ids] + wpe[:T]
     x.float().square().sum().backward()   # emb.wte.grad, emb.wpe.grad
 
-``import gpt2enc_edu`` never imports this module (nor torch); ``import gpt2enc_edu.torch`` needs torch. docs/torch.md
-says what the adapter promises and what bounds it; in short:
+``import gpt2enc_edu`` never imports this module (nor torch); ``import gpt2enc_edu.torch`` needs torch 2.4 or newer.
+docs/torch.md says what the adapter promises and what bounds it. The parts of this file:
 
-* **Operators.** Both are registered with ``torch.library.custom_op``, with fake (meta) implementations, and the
-  forward with ``register_autograd``, so ``torch.compile(fullgraph=True)`` takes them (CPU and CUDA, bf16 and fp32,
-  the same bits as eager), ``torch.library.opcheck`` passes, and CUDA graphs capture them (``torch.cuda.graph``,
-  ``torch.compile(mode="reduce-overhead")``): inside a call there is no host sync, no allocation outside torch's
-  caching allocator (the graph's pool while capturing), and no decision that depends on the GPU's data. Eager calls do
-  the same work through one ``autograd.Function`` (``_Eager``), without the operators' Python dispatch, which costs
-  more host time than a small call.
-* **Backends.** CUDA tensors run the kernels (through CuPy) on torch's current stream, with no copies: tensors are
-  viewed as CuPy arrays over their memory. The first call of a signature (shapes, dtypes, options, device, stream)
-  is recorded as a launch plan (``gpt2enc_edu.plans``), which every later call of it replays with its own tensors'
-  addresses and seed, launching the kernels by address (docs/torch.md says when a call is not replayed). What a call
-  allocates for itself comes from torch's caching allocator; the scratch kept from call to call (the bucket table's
-  workspace, the chunk partials) is made before any capture in CuPy's own pool, bounded (``gpt2enc_edu.caches``;
-  docs/torch.md says why). CPU tensors run the NumPy mirror on zero-copy NumPy views (bf16 as ``int16``,
-  reinterpreted as ``ml_dtypes.bfloat16``). Both give the same bits, as the package's functions do.
-* **Token ids** may be ``int32`` or ``int64`` (PyTorch's default), of any layout. ``check_ids=True`` (the default)
-  checks them against ``[0, V)`` in their own type before any kernel reads them. On the CPU that is the NumPy check
-  (``ValueError`` at once). On the GPU it is ``kernels/token_ids.cu``, which also writes the int32 copy the kernels
-  read, with no host sync: an id out of range stops that kernel with a trap, the CUDA context is lost (as after a
-  device-side assert, which is what ``nn.Embedding`` does with such an id), nothing queued after it runs, so no
-  encoder kernel reads or writes out of bounds and no gradient is half-written, and PyTorch raises at its next
-  synchronising call. ``check_ids=False`` skips the check (an int64 id is then narrowed as ``.to(torch.int32)``;
-  an id out of range is undefined behaviour, as in llm.c).
-* **Weights**: ``wte`` (V, C) and ``wpe`` (maxT, C), both bf16 or both fp32, on the device of the ids; ``C`` a
-  multiple of 8 (bf16) or 4 (fp32). A tensor the kernels cannot read in place (not contiguous, or not 16-byte
-  aligned, as a slice or ``torch.cat``'s backward may hand out) is copied first, as ``nn.Embedding`` copies what its
-  kernels cannot read. Anything else is refused by the package's validation, before anything runs.
-* **Gradients** are fresh tensors from the backward (zeros, into which the kernel adds), and autograd accumulates
-  them into ``.grad`` as it does for ``nn.Embedding``: hooks, ``torch.autograd.grad``, tied weights, frozen weights
-  and gradient accumulation behave as usual. The backward is not itself differentiable: a double backward through
-  it raises ``RuntimeError`` (``once_differentiable``).
-* **Methods** are ``methods.METHODS``'s (``methods.DEFAULT_METHOD`` by default); one whose row is not deterministic
-  raises under ``torch.use_deterministic_algorithms(True)`` (a warning with ``warn_only=True``), as PyTorch's own
-  nondeterministic operators do.
-* **Seeds.** Every backward draws a fresh stochastic-rounding seed in ``[0, 2**32)`` from ``generator``, a CPU
-  ``torch.Generator`` (default: ``torch.default_generator``, so ``torch.manual_seed(s)`` makes a run reproducible),
-  when the backward operator runs: in eager mode and in compiled code alike, so a compiled step draws the seeds an
-  eager step draws and gives its bits. The kernels take the seed as a launch argument, so a CUDA graph keeps the seed
-  drawn while it was captured, and every replay rounds with that seed (docs/torch.md).
+* the two operators, registered with ``torch.library.custom_op`` with fake implementations and autograd, which
+  ``torch.compile(fullgraph=True)`` traces and CUDA graphs capture;
+* ``_Eager``, an ``autograd.Function`` that does the operators' work for eager calls without their Python dispatch;
+* the generators: an operator's schema has no ``torch.Generator``, so it passes an int key, resolved when the
+  backward draws its seed (``draw_seed``);
+* ``encoder`` and ``GPT2Embedding``, the public calls, which check their tensors and options before anything runs.
+
+The work itself (the id check, the launches, the launch plans) is in ``gpt2enc_edu.torch_calls``; the views of
+tensors as arrays and the stream in ``gpt2enc_edu.torch_arrays``.
 """
 
 from __future__ import annotations
@@ -60,7 +31,12 @@ import weakref
 
 import numpy as np
 import torch
-from torch import nn
+
+if not hasattr(torch.library, "custom_op"):  # custom_op, register_fake and register_autograd came in 2.4
+    raise ImportError(f"gpt2enc_edu.torch needs PyTorch 2.4 or newer (torch.library.custom_op); this is torch "
+                      f"{torch.__version__}")
+
+from torch import nn  # noqa: E402  (after the version check: an older torch fails above with a clear message)
 from torch._prims_common import alert_not_deterministic
 from torch.autograd.function import once_differentiable
 
@@ -243,7 +219,7 @@ def encoder(inp: torch.Tensor, wte: torch.Tensor, wpe: torch.Tensor, *, method: 
 
     ``method`` and ``bucketing`` are ``encoder_backward``'s; ``generator`` (a CPU ``torch.Generator``, None for
     torch's default one) gives one seed per backward; ``check_ids`` (a bool) checks the ids against ``[0, V)`` (on
-    the GPU in a kernel, with no host sync; see the module docstring for what a bad id then does).
+    the GPU in a kernel, with no host sync; docs/torch.md, "Token ids", says what a bad id then does).
     """
     if generator is not None and torch.compiler.is_compiling():
         raise RuntimeError("encoder(generator=...) cannot be traced by torch.compile (the generator is looked up in a "
@@ -260,7 +236,7 @@ class GPT2Embedding(nn.Module):
     start as GPT-2's: normal with std 0.02 (wte) and 0.01 (wpe), drawn from ``torch``'s global generator.
     ``generator`` (a CPU ``torch.Generator``, checked here) gives the stochastic-rounding seeds; ``None`` uses
     torch's default one. ``check_ids`` (a bool) checks every forward's ids against ``V``, on the GPU without a host
-    sync (see the module docstring). ``method`` and ``bucketing`` are ``encoder_backward``'s.
+    sync (docs/torch.md, "Token ids"). ``method`` and ``bucketing`` are ``encoder_backward``'s.
     """
 
     def __init__(self, vocab_size: int, max_positions: int, channels: int, *, dtype=torch.bfloat16,

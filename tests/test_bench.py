@@ -392,6 +392,14 @@ def test_the_step_table_says_its_steps_were_timed_in_turn_only_where_the_run_did
     assert "timed in turn" not in older and "the steps of each B timed in turn, medians:" in newer
 
 
+def test_the_step_table_names_the_pytorch_it_ran_where_the_run_recorded_it():
+    results = fake_results(kinds=("uniform", "zipf", "real"))
+    named = tables.readme_block(results.rows, {**results.meta, "torch": "torch 9.9.9 (CUDA 99.0)"})
+    assert "(its card and shape; torch 9.9.9 (CUDA 99.0)):" in named
+    unnamed = tables.readme_block(results.rows, {k: v for k, v in results.meta.items() if k != "torch"})
+    assert "(its card and shape):" in unnamed
+
+
 def test_readme_block_without_step_rows_has_no_step_table():
     results = fake_results()
     rows = [r for r in results.rows if r["case"] not in tables.README_STEP_ROWS]

@@ -592,3 +592,72 @@ def test_the_operators_called_directly_give_the_functions_bits(tt, device, rng):
     dwte, dwpe = ops.encoder_backward(dout, ids, 500, 48, "chunked", "auto", seed, 0)
     assert torch.equal(dwte.view(torch.int16), wte.grad.view(torch.int16))
     assert torch.equal(dwpe.view(torch.int16), wpe.grad.view(torch.int16))
+
+
+def test_torch_without_custom_op_is_refused_at_import_with_the_version_it_needs():
+    code = ("import torch; del torch.library.custom_op\n"
+            "try:\n    import gpt2enc_edu.torch\nexcept ImportError as e:\n    print(e)")
+    pytest.importorskip("torch")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "needs PyTorch 2.4 or newer" in result.stdout
+
+
+def test_check_ids_false_on_the_cpu_still_refuses_an_id_out_of_range(tt):
+    import torch
+
+    emb = tt.GPT2Embedding(100, 16, 32, dtype=torch.float32, check_ids=False)
+    with pytest.raises(ValueError, match="token id 150, outside"):
+        emb(torch.tensor([[1, 2, 150]]))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_autocast_leaves_the_encoder_in_the_parameters_dtype(tt, rng, dtype):
+    import torch
+
+    emb = tt.GPT2Embedding(100, 16, 32, dtype=getattr(torch, dtype))
+    ids = torch.from_numpy(rng.integers(0, 100, (2, 16)))
+    plain = emb(ids)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        cast = emb(ids)
+    assert cast.dtype == plain.dtype == getattr(torch, dtype) and torch.equal(cast, plain)
+
+
+def test_a_backward_advances_its_generator_and_only_that_one(tt):
+    import torch
+
+    ids = torch.tensor([[1, 2, 3]])
+    emb = tt.GPT2Embedding(10, 4, 8)
+    torch.manual_seed(0)
+    expected_after_one_draw = (torch.randint(0, 2**32, (1,)), torch.rand(1))[1]
+    torch.manual_seed(0)
+    emb(ids).float().sum().backward()  # draws its seed from torch's default generator
+    assert torch.equal(torch.rand(1), expected_after_one_draw)
+    own = torch.Generator().manual_seed(5)
+    emb.generator = own
+    state = own.get_state()
+    torch.manual_seed(0)
+    untouched = torch.rand(1)
+    torch.manual_seed(0)
+    emb(ids).float().sum().backward()
+    assert torch.equal(torch.rand(1), untouched) and not torch.equal(own.get_state(), state)
+
+
+def test_distributed_data_parallel_with_one_process_gets_the_plain_gradients(tt, rng, tmp_path):
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        pytest.skip("this torch has no torch.distributed")
+    ids = torch.from_numpy(rng.integers(0, 50, (2, 16)))
+    plain = tt.GPT2Embedding(50, 16, 32, generator=torch.Generator().manual_seed(1))
+    twin = tt.GPT2Embedding(50, 16, 32, generator=torch.Generator().manual_seed(1))
+    twin.load_state_dict(plain.state_dict())
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        wrapped = torch.nn.parallel.DistributedDataParallel(twin)
+        plain(ids).float().square().sum().backward()
+        wrapped(ids).float().square().sum().backward()
+    finally:
+        dist.destroy_process_group()
+    for a, b in ((plain.wte, twin.wte), (plain.wpe, twin.wpe)):
+        assert a.grad is not None and torch.equal(a.grad, b.grad)

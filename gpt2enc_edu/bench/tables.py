@@ -205,16 +205,19 @@ def readme_block(rows, meta: dict | None = None, *, B: int | None = None, result
     if any(r != "-" for r in ratios):
         lines.append("| speed-up of the default backward over PyTorch's deterministic one | " + " | ".join(ratios)
                      + " |")
-    return "\n".join(lines + _step_lines(by_key, sizes, in_turn=meta.get("step_timing") == STEP_TIMING_IN_TURN))
+    return "\n".join(lines + _step_lines(by_key, sizes, in_turn=meta.get("step_timing") == STEP_TIMING_IN_TURN,
+                                          torch=meta.get("torch")))
 
 
-def _step_lines(by_key: dict, sizes: list[int], *, in_turn: bool) -> list[str]:
-    """The README's second table: a training step through PyTorch (``README_STEP_ROWS``), where the run timed one."""
+def _step_lines(by_key: dict, sizes: list[int], *, in_turn: bool, torch: str | None = None) -> list[str]:
+    """The README's second table: a training step through PyTorch (``README_STEP_ROWS``), where the run timed one;
+    ``torch`` (the run's ``meta.json`` entry) names the PyTorch it ran."""
     sizes = [b for b in README_STEP_SIZES if b in sizes]
     rows = {label: [by_key.get((name, README_STEP_KIND, b)) for b in sizes] for name, label in README_STEP_ROWS.items()}
     if not any(r is not None for cells in rows.values() for r in cells):
         return []
-    lines = ["", f"A training step through PyTorch, forward + backward into fresh gradients, {README_STEP_KIND} ids: "
+    lines = ["", f"A training step through PyTorch, forward + backward into fresh gradients, {README_STEP_KIND} ids, "
+             f"in the same run as the table above (its card and shape{f'; {torch}' if torch else ''}): "
              "host time around synchronised calls (what a training loop waits for), "
              + ("the steps of each B timed in turn, " if in_turn else "") + "medians:", "",
              "| step | " + " | ".join(f"B={b}" for b in sizes) + " |", "|---|" + "---|" * len(sizes)]
