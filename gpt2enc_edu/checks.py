@@ -23,9 +23,10 @@ def check_choice(name: str, value, choices: tuple[str, ...]) -> str:
     listed = ", ".join(map(repr, choices))
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a string, one of {listed}, not {type(value).__name__}")
+    value = str.__str__(value)  # a plain str: a subclass's own __eq__ or __hash__ cannot pass for a choice
     if value not in choices:
         raise ValueError(f"{name} must be one of {listed}, not {value!r}")
-    return str(value)
+    return value
 
 
 def check_int(name: str, value, *, minimum: int | None = None, maximum: int | None = None) -> int:

@@ -6,8 +6,9 @@ range of the file, keyed by the file's device and inode. Two memory maps of one 
 addresses but write the same bytes; comparing file ranges is what lets the overlap check and the lock see
 that. The file is identified from the map itself, not from a name: where ``/proc/self/maps`` exists (Linux),
 the mapping that holds the array's address gives the device, the inode and the file offset, so a map made
-before the file was renamed, a map over an ``os.fdopen`` file object or an ``mmap.mmap`` wrapped with
-``np.frombuffer`` are all seen to be the same memory as a map of the file by its current name. Elsewhere
+before the file was renamed, a map over an ``os.fdopen`` file object, an ``mmap.mmap`` wrapped with
+``np.frombuffer`` or with ctypes, or a tensor of ``torch.from_file(..., shared=True)`` are all seen to be the same
+memory as a map of the file by its current name. Elsewhere
 (macOS, Windows) only ``numpy.memmap`` arrays have a file span, found from the name the map was made with
 (``os.stat``), which a rename since then defeats.
 
@@ -48,23 +49,38 @@ def data_pointer(array) -> int:
 PROC_MAPS = "/proc/self/maps"
 
 
-def _mapped_root(array):
-    """The ``mmap.mmap`` that ``array``'s memory belongs to, through views, ``numpy.memmap`` and memoryviews.
+def _may_be_mapped(array) -> bool:
+    """Whether ``array``'s memory may be mapped from a file, so that ``spans`` looks its address up.
 
-    ``None`` for memory of any other kind (NumPy's own allocations, bytes, other buffers): those are not
-    mapped from a file, and ``spans`` does not look them up.
+    Follows views, memoryviews and ctypes buffers down to the owner of the memory. NumPy's and ctypes' own
+    allocations and Python's bytes are not mapped; an ``mmap.mmap`` is; a torch tensor is where its storage says so
+    (``torch.from_file(..., shared=True)``). Memory that anything else owns may be, and is looked up: the lookup
+    reads ``/proc/self/maps`` (a fraction of a millisecond), which the common owners above do not need.
     """
     obj = array
-    while obj is not None:
+    while True:
         if isinstance(obj, mmap.mmap):
-            return obj
+            return True
         if isinstance(obj, np.ndarray):
+            if obj.base is None:
+                return not obj.flags.owndata
             obj = obj.base
         elif isinstance(obj, memoryview):
             obj = obj.obj
+        elif isinstance(obj, (bytes, bytearray)):
+            return False
+        elif hasattr(obj, "_b_needsfree_"):  # a ctypes object
+            if obj._b_needsfree_:  # ctypes allocated it
+                return False
+            exporters = [v for v in (obj._objects or {}).values() if isinstance(v, memoryview)] \
+                if isinstance(obj._objects, dict) else []
+            if len(exporters) != 1:  # from_address, or a layout not known here: look it up
+                return True
+            obj = exporters[0]  # from_buffer keeps the exporter's memoryview
+        elif type(obj).__module__.startswith("torch") and hasattr(obj, "untyped_storage"):
+            return getattr(obj.untyped_storage(), "filename", "unknown") is not None
         else:
-            return None
-    return None
+            return True
 
 
 def _maps_entry(address: int):
@@ -111,7 +127,7 @@ def _memmap_by_name(array):
 
 def _file_span(array):
     """``(file key, first byte, end byte)`` of a host array mapped from a file, else ``None``."""
-    if _mapped_root(array) is None:
+    if not _may_be_mapped(array):
         return None
     try:
         entry = _maps_entry(data_pointer(array))

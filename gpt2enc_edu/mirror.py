@@ -355,10 +355,13 @@ def atomic_adds(dwte, dwpe, dout, inp, B: int, T: int, C: int, *, bf16_atomics: 
             np.add.at(dwte, ix, rows)
             np.add.at(dwpe, t, rows)
         return
-    dwte32, dwpe32 = to_float(dwte), to_float(dwpe)
+    # Only the rows the batch touches (and dwpe's first T) are widened and rounded back, as on the GPU: the others
+    # keep their bits, NaN payloads included.
+    touched = np.unique(ix)
+    dwte32, dwpe32 = to_float(dwte[touched]), to_float(dwpe[:T])
     rows32 = to_float(rows)
     with np.errstate(over="ignore", invalid="ignore"):
-        np.add.at(dwte32, ix, rows32)
+        np.add.at(dwte32, np.searchsorted(touched, ix), rows32)
         np.add.at(dwpe32, t, rows32)
-    dwte[...] = _to_storage_nearest(dwte32, dwte.dtype)
-    dwpe[...] = _to_storage_nearest(dwpe32, dwpe.dtype)
+        dwte[touched] = _to_storage_nearest(dwte32, dwte.dtype)
+        dwpe[:T] = _to_storage_nearest(dwpe32, dwpe.dtype)

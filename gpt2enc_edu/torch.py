@@ -42,6 +42,8 @@ from torch.autograd.function import once_differentiable
 
 from . import torch_calls as calls
 from . import validate
+from .checks import check_choice, check_int
+from .layout import pack_size
 from .methods import BUCKETINGS, DEFAULT_METHOD, METHODS
 from .rounding import bfloat16
 from .torch_arrays import as_array, from_array, on_torch_stream
@@ -55,6 +57,8 @@ _ID_DTYPES = (torch.int32, torch.int64)
 def draw_seed(generator: torch.Generator | None = None) -> int:
     """A stochastic-rounding seed in ``[0, 2**32)`` from ``generator`` (default ``torch.default_generator``)."""
     generator = torch.default_generator if generator is None else generator
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, not {type(generator).__name__}")
     return int(torch.randint(0, 2**32, (1,), generator=generator, device=generator.device).item())
 
 
@@ -188,6 +192,8 @@ def _check_tensors(inp, wte, wpe) -> None:
     for name, t in (("wte", wte), ("wpe", wpe)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, not {type(t).__name__}")
+        if t.layout != torch.strided:
+            raise TypeError(f"{name} must be a dense tensor, not {t.layout} (a sparse one: .to_dense())")
         if t.dtype not in _STORAGE:
             raise TypeError(f"{name} must be torch.bfloat16 or torch.float32, not {t.dtype}")
         if t.ndim != 2:
@@ -196,17 +202,18 @@ def _check_tensors(inp, wte, wpe) -> None:
             raise ValueError(f"{name} is on {t.device} but inp is on {inp.device}; put them on one device")
 
 
-def _check_options(method, bucketing, check_ids) -> bool:
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {tuple(METHODS)}, not {method!r}")
-    if bucketing not in BUCKETINGS:
-        raise ValueError(f"bucketing must be one of {BUCKETINGS}, not {bucketing!r}")
-    return validate.check_flag("check_ids", check_ids)
+def _check_options(method, bucketing, check_ids) -> tuple[str, str, bool]:
+    """(method, bucketing, check_ids), checked: TypeError for the wrong type, ValueError for an unknown name."""
+    return (check_choice("method", method, tuple(METHODS)), check_choice("bucketing", bucketing, BUCKETINGS),
+            validate.check_flag("check_ids", check_ids))
 
 
 def _encoder(inp, wte, wpe, method: str, bucketing: str, generator: int, check_ids) -> torch.Tensor:
     _check_tensors(inp, wte, wpe)
-    check_ids = _check_options(method, bucketing, check_ids)
+    method, bucketing, check_ids = _check_options(method, bucketing, check_ids)
+    if bucketing == "gpu" and not inp.is_cuda:  # refused here, not first in the backward
+        raise ValueError(f"bucketing='gpu' builds the table on the GPU and needs CUDA tensors; these are on "
+                         f"{inp.device} (bucketing='auto' builds it where the tensors are)")
     if torch.compiler.is_compiling():
         return _forward_op(inp, wte, wpe, check_ids, method, bucketing, generator)
     return _Eager.apply(inp, wte, wpe, check_ids, method, bucketing, generator)
@@ -236,16 +243,24 @@ class GPT2Embedding(nn.Module):
     start as GPT-2's: normal with std 0.02 (wte) and 0.01 (wpe), drawn from ``torch``'s global generator.
     ``generator`` (a CPU ``torch.Generator``, checked here) gives the stochastic-rounding seeds; ``None`` uses
     torch's default one. ``check_ids`` (a bool) checks every forward's ids against ``V``, on the GPU without a host
-    sync (docs/torch.md, "Token ids"). ``method`` and ``bucketing`` are ``encoder_backward``'s.
+    sync (docs/torch.md, "Token ids"). ``method`` and ``bucketing`` are ``encoder_backward``'s. Sizes and options
+    are checked here (``TypeError`` for the wrong type, ``ValueError`` for a wrong value: sizes below 1, ``channels``
+    not a multiple of the 16-byte pack).
     """
 
     def __init__(self, vocab_size: int, max_positions: int, channels: int, *, dtype=torch.bfloat16,
                  device=None, method: str = DEFAULT_METHOD, bucketing: str = "auto",
                  generator: torch.Generator | None = None, check_ids: bool = True):
         super().__init__()
-        if dtype not in _STORAGE:
-            raise TypeError(f"dtype must be torch.bfloat16 or torch.float32, not {dtype}")
-        check_ids = _check_options(method, bucketing, check_ids)
+        if not isinstance(dtype, torch.dtype) or dtype not in _STORAGE:
+            raise TypeError(f"dtype must be torch.bfloat16 or torch.float32, not {dtype!r}")
+        vocab_size, max_positions = check_int("vocab_size", vocab_size, minimum=1), check_int(
+            "max_positions", max_positions, minimum=1)
+        channels = check_int("channels", channels, minimum=1)
+        if channels % pack_size(_STORAGE[dtype]):
+            raise ValueError(f"channels must be a multiple of {pack_size(_STORAGE[dtype])} for {dtype} (the kernels "
+                             f"move 16-byte packs), got {channels}")
+        method, bucketing, check_ids = _check_options(method, bucketing, check_ids)
         self.generator = generator
         self.wte = nn.Parameter(torch.empty(vocab_size, channels, dtype=dtype, device=device))
         self.wpe = nn.Parameter(torch.empty(max_positions, channels, dtype=dtype, device=device))
@@ -262,6 +277,15 @@ class GPT2Embedding(nn.Module):
         self._held = _hold(generator)
         self._generator_key = 0 if self._held is None else self._held.key
         self._generator = generator
+
+    def __getstate__(self) -> dict:
+        # a copy (deepcopy, pickle) registers its own generator under a fresh key when restored: the key and the
+        # box belong to this process's table and to this module's generator, not to the copy's
+        return {k: v for k, v in self.__dict__.items() if k not in ("_held", "_generator_key")}
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        self.generator = state.get("_generator")
 
     def reset_parameters(self) -> None:
         nn.init.normal_(self.wte, std=0.02)

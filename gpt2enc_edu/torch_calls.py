@@ -100,7 +100,9 @@ def forward(ids: torch.Tensor, wte: torch.Tensor, wpe: torch.Tensor, check_ids: 
     wte, wpe = _aligned(wte), _aligned(wpe)
     out = torch.empty((*ids.shape, wte.shape[1]), dtype=wte.dtype, device=wte.device)
     if not out.is_cuda:
-        ids32 = _ids32(ids, int(wte.shape[0]), check_ids)
+        # checked on the CPU whatever check_ids says: the NumPy path refuses an id out of range anyway, and an
+        # unchecked int64 id would wrap into range when narrowed to int32, before that path could see it
+        ids32 = _ids32(ids, int(wte.shape[0]), True)
         encoder_forward(_view(ids32), _view(wte), _view(wpe), out=_view(out), check_ids=False)
         return out, ids32
     ids32, source = _ids_for_kernels(ids, check_ids)

@@ -11,6 +11,7 @@ import numpy as np
 
 from .backend import is_cupy_array
 from .buckets import BucketTable, DeviceBucketTable, max_multi_chunk_units
+from .checks import check_int
 from .layout import CHUNK_ITEMS, ceil_div, num_c_groups
 from .methods import METHODS
 from .validate import DETERMINISTIC_METHODS, Dims, check_device
@@ -54,8 +55,12 @@ def check_buckets(buckets, dims: Dims, method: str, bucketing: str) -> None:
             raise ValueError(f"buckets.{name} must be C-contiguous")
     if device_table:
         check_device({"buckets": buckets.bt_list})
-    if buckets.C != dims.C:
+    if check_int("buckets.C", buckets.C, minimum=1) != dims.C:
         raise ValueError(f"buckets was built for C = {buckets.C}, but dout has C = {dims.C}")
+    try:
+        np.dtype(buckets.dtype)
+    except TypeError as exc:
+        raise TypeError(f"buckets.dtype must be a dtype, not {buckets.dtype!r}") from exc
     if np.dtype(buckets.dtype) != dims.dtype:
         raise ValueError(f"buckets was built for dtype {np.dtype(buckets.dtype)}, but the gradients are {dims.dtype}")
     positions = int(buckets.bt_list.shape[0])

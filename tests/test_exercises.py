@@ -192,6 +192,25 @@ def test_no_answers_behind_the_package():
         assert "bincount" not in hint and "0xFFFF" not in hint and "unique" not in hint
 
 
+def _overwrites_its_inputs(answer):
+    """A wrong answer that first overwrites the arrays it was handed, so that they match ``answer`` of them."""
+    def fn(*args):
+        for a in args:
+            if isinstance(a, np.ndarray):
+                a[...] = 0 if a.dtype.kind in "iu" else 1.0
+        return answer(*args)
+    return fn
+
+
+@pytest.mark.parametrize(("check", "answer"), [
+    (exercises.check_rows_that_can_differ, lambda inp, V: np.arange(V) == 0),  # all ids 0: only row 0 repeats
+    (exercises.check_away_from_zero_probability, lambda x: np.zeros(x.shape)),  # all 1.0: nothing dropped
+], ids=["exercise 2", "exercise 4"])
+def test_an_answer_that_overwrites_its_inputs_is_judged_on_the_real_ones(check, answer):
+    with pytest.raises(exercises.ExerciseError):
+        check(_overwrites_its_inputs(answer), xp=np)
+
+
 def test_wrong_shapes_are_explained():
     with pytest.raises(exercises.ExerciseError, match="tuple"):
         exercises.check_element_to_thread(lambda b, t, c, T, C, dtype: b, xp=np)

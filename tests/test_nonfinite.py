@@ -207,6 +207,28 @@ def test_mirror_is_silent_on_inf_minus_inf(rng, method):
     assert np.isnan(p.dwte[1, CHANNEL])
 
 
+@pytest.mark.parametrize("method", list(validate.METHODS))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rows_the_batch_does_not_touch_keep_their_bits(xp, rng, dtype, method):
+    """Every method leaves the dwte rows of tokens not in the batch, and dwpe's rows from T on, as they were: their
+    bits, a NaN's payload and -0.0 included, silently (the atomic method too, which widens to fp32 only the bf16 rows
+    it touches and rounds only those back)."""
+    if method == "atomic_bf16" and dtype == FP32:
+        pytest.skip("bf16 atomics need bf16 gradients")
+    p = replace(random_problem(B, T, C, V + 3, T + 3, dtype=dtype, rng=rng), inp=IDS.copy())  # rows V.. untouched
+    width = np.uint16 if dtype == BF16 else np.uint32
+    special = {BF16: [0x7F81, 0xFFC1, 0x7F80, 0x8000], FP32: [0x7F800001, 0xFFC00001, 0x7F800000, 0x80000000]}[dtype]
+    for rows in (p.dwte[V:], p.dwpe[T:]):  # a NaN payload of each sign, +Inf, -0.0
+        rows.view(width)[...] = np.resize(np.array(special, dtype=width), rows.shape)
+    before_te, before_tp = p.dwte.copy(), p.dwpe.copy()
+    g = p.on(xp)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        enc.encoder_backward(g.dwte, g.dwpe, g.dout, g.inp, seed=7, method=method)
+    assert np.array_equal(to_numpy(g.dwte)[V:].view(width), before_te[V:].view(width))
+    assert np.array_equal(to_numpy(g.dwpe)[T:].view(width), before_tp[T:].view(width))
+
+
 # ----------------------------------------------------------------------------------------------------------
 # the stochastic rounding itself
 

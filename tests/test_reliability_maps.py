@@ -2,7 +2,8 @@
 
 ``memory.spans`` finds the file behind a mapped array from the mapping itself (``/proc/self/maps``: device, inode,
 offset, on Linux), so two maps of one file are one memory however they were made: by name before and after a
-rename, over an ``os.fdopen`` file object, or as an ``mmap.mmap`` wrapped with ``np.frombuffer``. Outputs that share
+rename, over an ``os.fdopen`` file object, as an ``mmap.mmap`` wrapped with ``np.frombuffer`` or with ctypes, or as a
+shared ``torch.from_file`` tensor. Outputs that share
 a file's bytes through two such routes are refused (the overlap error, nothing written); outputs in disjoint parts
 of one file give the bits of separate buffers; the lock serializes calls on them. Where ``/proc/self/maps`` is
 absent, ``numpy.memmap`` arrays are still compared by the name they were made with (the fallback, tested by hiding
@@ -11,6 +12,7 @@ the listing).
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import os
 import sys
@@ -53,10 +55,21 @@ def _routes(path, rows: int, offset: int = 0):
         finally:
             os.rename(old, path)
 
-    return {"name": by_name, "fdopen": by_fdopen, "raw-mmap": by_raw_mmap, "renamed": renamed}
+    def by_ctypes():  # ctypes over a raw mmap: the array's owner is a ctypes object, not the mmap
+        with open(path, "r+b") as f:
+            raw = mmap.mmap(f.fileno(), 0)
+        return np.ctypeslib.as_array((ctypes.c_float * (rows * C)).from_buffer(raw, offset)).reshape(rows, C)
+
+    def by_torch():  # a shared torch.from_file tensor, seen as NumPy (the PyTorch adapter's view on the CPU)
+        torch = pytest.importorskip("torch")
+        whole = torch.from_file(path, shared=True, size=os.path.getsize(path) // 4, dtype=torch.float32)
+        return whole[offset // 4 : offset // 4 + rows * C].numpy().reshape(rows, C)
+
+    return {"name": by_name, "fdopen": by_fdopen, "raw-mmap": by_raw_mmap, "renamed": renamed, "ctypes": by_ctypes,
+            "torch": by_torch}
 
 
-ROUTE_NAMES = ["name", "fdopen", "raw-mmap", "renamed"]
+ROUTE_NAMES = ["name", "fdopen", "raw-mmap", "renamed", "ctypes", "torch"]
 PAIRS = [(a, b) for a in ROUTE_NAMES for b in ROUTE_NAMES if a != "name" or b != "name"]
 
 
@@ -86,7 +99,7 @@ def test_outputs_sharing_a_file_through_two_routes_are_refused(tmp_path, rng, ro
 
 
 @pytest.mark.parametrize("method", validate.METHODS[:3])
-@pytest.mark.parametrize(("route_te", "route_pe"), [("fdopen", "name"), ("renamed", "raw-mmap")])
+@pytest.mark.parametrize(("route_te", "route_pe"), [("fdopen", "name"), ("renamed", "raw-mmap"), ("ctypes", "torch")])
 def test_outputs_in_disjoint_parts_of_a_file_give_separate_buffer_bits(tmp_path, rng, route_te, route_pe, method):
     """dwte in the file's first rows, dwpe after them, mapped two different ways: the bits of separate buffers."""
     path = tmp_path / "halves.bin"

@@ -602,12 +602,13 @@ def test_torch_without_custom_op_is_refused_at_import_with_the_version_it_needs(
     assert "needs PyTorch 2.4 or newer" in result.stdout
 
 
-def test_check_ids_false_on_the_cpu_still_refuses_an_id_out_of_range(tt):
+@pytest.mark.parametrize("bad", [150, 2**32 + 3, -(2**32) + 3], ids=repr)  # the last two wrap to 3 as int32
+def test_check_ids_false_on_the_cpu_still_refuses_an_id_out_of_range(tt, bad):
     import torch
 
     emb = tt.GPT2Embedding(100, 16, 32, dtype=torch.float32, check_ids=False)
-    with pytest.raises(ValueError, match="token id 150, outside"):
-        emb(torch.tensor([[1, 2, 150]]))
+    with pytest.raises(ValueError, match=rf"token id {bad}\b.*outside \[0, V\)"):
+        emb(torch.tensor([[1, 2, bad]]))
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
@@ -661,3 +662,69 @@ def test_distributed_data_parallel_with_one_process_gets_the_plain_gradients(tt,
         dist.destroy_process_group()
     for a, b in ((plain.wte, twin.wte), (plain.wpe, twin.wpe)):
         assert a.grad is not None and torch.equal(a.grad, b.grad)
+
+
+@pytest.mark.parametrize("bad", [None, b"chunked", ["chunked"]], ids=repr)
+def test_a_method_of_the_wrong_type_is_a_type_error_naming_it(tt, bad):
+    import torch
+
+    with pytest.raises(TypeError, match="method must be a string"):
+        tt.GPT2Embedding(10, 4, 8, method=bad)
+    with pytest.raises(TypeError, match="bucketing must be a string"):
+        tt.GPT2Embedding(10, 4, 8, bucketing=bad)
+    with pytest.raises(TypeError, match="method must be a string"):
+        tt.encoder(torch.zeros(1, 2, dtype=torch.int32), torch.zeros(10, 8), torch.zeros(4, 8), method=bad)
+
+
+@pytest.mark.parametrize(("kwargs", "exc", "match"), [
+    ({"vocab_size": 1.5}, TypeError, "vocab_size must be an integer"),
+    ({"vocab_size": True}, TypeError, "vocab_size must be an integer"),
+    ({"max_positions": 0}, ValueError, "max_positions must be >= 1"),
+    ({"channels": 0}, ValueError, "channels must be >= 1"),
+    ({"channels": 12}, ValueError, "channels must be a multiple of 8"),
+    ({"dtype": [1]}, TypeError, "dtype must be torch.bfloat16 or torch.float32"),
+], ids=lambda v: repr(v) if isinstance(v, dict) else "")
+def test_gpt2embedding_refuses_sizes_it_cannot_run_when_it_is_built(tt, kwargs, exc, match):
+    sizes = {"vocab_size": 10, "max_positions": 4, "channels": 8} | kwargs
+    dtype = sizes.pop("dtype", None)
+    with pytest.raises(exc, match=match):
+        tt.GPT2Embedding(*sizes.values(), **({} if dtype is None else {"dtype": dtype}))
+
+
+def test_gpu_bucketing_on_cpu_tensors_is_refused_at_the_forward(tt):
+    import torch
+
+    emb = tt.GPT2Embedding(10, 4, 8, bucketing="gpu")  # the module may still move to a GPU
+    with pytest.raises(ValueError, match="bucketing='gpu' .* needs CUDA tensors"):
+        emb(torch.zeros(1, 2, dtype=torch.int32))
+
+
+def test_draw_seed_and_sparse_weights_are_refused_with_their_names(tt):
+    import torch
+
+    with pytest.raises(TypeError, match="generator must be a torch.Generator"):
+        tt.draw_seed("x")
+    assert 0 <= tt.draw_seed(torch.Generator().manual_seed(3)) < 2**32
+    with pytest.raises(TypeError, match="wte must be a dense tensor"):
+        tt.encoder(torch.zeros(1, 2, dtype=torch.int32), torch.zeros(10, 8).to_sparse(), torch.zeros(4, 8))
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_a_copied_module_draws_its_seeds_from_its_own_copy_of_the_generator(tt, how):
+    import copy
+    import gc
+    import pickle
+
+    import torch
+
+    original_generator = torch.Generator().manual_seed(1)
+    original = tt.GPT2Embedding(10, 4, 8, generator=original_generator)
+    twin = copy.deepcopy(original) if how == "deepcopy" else pickle.loads(pickle.dumps(original))
+    assert twin.generator is not original_generator
+    start = original_generator.get_state()
+    twin(torch.tensor([[1, 2]])).float().sum().backward()
+    assert torch.equal(original_generator.get_state(), start)  # the copy drew from its own generator
+    assert not torch.equal(twin.generator.get_state(), start)
+    del original, original_generator
+    gc.collect()
+    twin(torch.tensor([[1, 2]])).float().sum().backward()  # the original's generator is gone; the copy's is not

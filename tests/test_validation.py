@@ -1036,6 +1036,28 @@ def test_buckets_arrays_must_be_the_kernels_layout(xp, rng, bad):
     refuse_backward(exc, match, buckets=table, **_backward_arrays(xp, p))
 
 
+@pytest.mark.parametrize(("field", "value", "match"), [
+    ("C", str(C), "buckets.C must be an integer"), ("C", float(C), "buckets.C must be an integer"),
+    ("dtype", "garbage", "buckets.dtype must be a dtype"),
+])
+def test_buckets_sizes_of_the_wrong_type_are_named(xp, rng, field, value, match):
+    """A hand-edited table whose C or dtype is of the wrong type: an error that names the field, nothing written."""
+    p = problem(rng)
+    table = replace(enc.make_buckets(p.inp, C, BF16), **{field: value})
+    refuse_backward(TypeError, match, buckets=table, **_backward_arrays(xp, p))
+
+
+def test_a_method_name_that_only_claims_to_be_one_is_refused(xp, rng):
+    """A str subclass whose == is always true is compared as the plain string it holds."""
+    class Anything(str):
+        def __eq__(self, other):
+            return True
+
+        __hash__ = str.__hash__
+
+    refuse_backward(ValueError, "method must be one of", method=Anything("zzz"), **_backward_arrays(xp, problem(rng)))
+
+
 @pytest.mark.gpu
 def test_host_table_holding_cupy_arrays_with_numpy_arrays(rng):
     import cupy

@@ -22,6 +22,7 @@ them as "in-process", apart from the build-its, which are graded in a separate p
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -77,9 +78,10 @@ class _NotDone(Exception):
 
 
 def _call(fn, *args):
-    """Call the learner's function; its ``NotImplementedError`` means "not done", anything else propagates."""
+    """Call the learner's function on copies of ``args`` (so that an answer which overwrites its inputs cannot change
+    what the check compares it with); its ``NotImplementedError`` means "not done", anything else propagates."""
     try:
-        return fn(*args)
+        return fn(*copy.deepcopy(args))
     except NotImplementedError as exc:
         raise _NotDone() from exc
 
