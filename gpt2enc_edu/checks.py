@@ -20,12 +20,11 @@ def check_flag(name: str, value) -> bool:
 
 def check_choice(name: str, value, choices: tuple[str, ...]) -> str:
     """``value`` is a ``str`` among ``choices``: ``TypeError`` for other types (arrays too), else ``ValueError``."""
-    listed = ", ".join(map(repr, choices))
     if not isinstance(value, str):
-        raise TypeError(f"{name} must be a string, one of {listed}, not {type(value).__name__}")
+        raise TypeError(f"{name} must be a string, one of {', '.join(map(repr, choices))}, not {type(value).__name__}")
     value = str.__str__(value)  # a plain str: a subclass's own __eq__ or __hash__ cannot pass for a choice
     if value not in choices:
-        raise ValueError(f"{name} must be one of {listed}, not {value!r}")
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, not {value!r}")
     return value
 
 

@@ -72,8 +72,8 @@ def _may_be_mapped(array) -> bool:
         elif hasattr(obj, "_b_needsfree_"):  # a ctypes object
             if obj._b_needsfree_:  # ctypes allocated it
                 return False
-            exporters = [v for v in (obj._objects or {}).values() if isinstance(v, memoryview)] \
-                if isinstance(obj._objects, dict) else []
+            held = obj._objects
+            exporters = [v for v in held.values() if isinstance(v, memoryview)] if isinstance(held, dict) else []
             if len(exporters) != 1:  # from_address, or a layout not known here: look it up
                 return True
             obj = exporters[0]  # from_buffer keeps the exporter's memoryview

@@ -52,6 +52,7 @@ __all__ = ["GPT2Embedding", "as_array", "draw_seed", "encoder", "from_array", "o
 
 _STORAGE = {torch.bfloat16: bfloat16, torch.float32: np.dtype(np.float32)}
 _ID_DTYPES = (torch.int32, torch.int64)
+_METHOD_NAMES = tuple(METHODS)
 
 
 def draw_seed(generator: torch.Generator | None = None) -> int:
@@ -204,7 +205,7 @@ def _check_tensors(inp, wte, wpe) -> None:
 
 def _check_options(method, bucketing, check_ids) -> tuple[str, str, bool]:
     """(method, bucketing, check_ids), checked: TypeError for the wrong type, ValueError for an unknown name."""
-    return (check_choice("method", method, tuple(METHODS)), check_choice("bucketing", bucketing, BUCKETINGS),
+    return (check_choice("method", method, _METHOD_NAMES), check_choice("bucketing", bucketing, BUCKETINGS),
             validate.check_flag("check_ids", check_ids))
 
 
