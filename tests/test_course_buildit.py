@@ -84,8 +84,8 @@ def _make_forward():
         b, rest = divmod(idx, T * C)
         t, c = divmod(rest, C)
         row = int(inp[b * T + t]) * C + c
-        total = wte[row : row + size].astype(np.float32) + wpe[t * C + c : t * C + c + size].astype(np.float32)
-        assert np.sum(np.isnan(total)) == 0
+        total = fadd(wte[row : row + size].astype(np.float32), wpe[t * C + c : t * C + c + size].astype(np.float32))
+        assert np.sum(np.isnan(total)) <= size
         out[idx : idx + size] = total.astype(out.dtype)
 
     return forward_in_my_own_style
@@ -320,6 +320,109 @@ def test_natural_mistake_is_caught_naming_thread_and_array(exercise, kernel, mes
         if verdict.fault:
             assert verdict.fault["roles"] and verdict.show() is not None
             pytest.importorskip("matplotlib.pyplot").close("all")
+
+
+# ------------------------------------------------------------------------------------------------------
+# Ways around the emulator's record: refused before the run, or caught in it.
+def _one_thread_forward(out, inp, wte, wpe, B, T, C):
+    """The whole forward in NumPy (what a kernel that skips the thread map would compute)."""
+    rows = np.asarray(wte).reshape(-1, C)[np.asarray(inp).reshape(B, T)]
+    total = fadd(to_float(rows), to_float(np.asarray(wpe).reshape(-1, C)[:T][None]))
+    return to_storage_nearest(total, out.dtype).reshape(-1)
+
+
+def forward_rewritable_view(cuda, out, inp, wte, wpe, B, T, C):
+    if cuda.blockIdx.x == 0 and cuda.threadIdx.x == 0:
+        view = np.asarray(out)
+        view.flags["WRITEABLE"] = True
+        view[:] = _one_thread_forward(out, inp, wte, wpe, B, T, C)
+
+
+def forward_wipes_the_write_counts(cuda, out, inp, wte, wpe, B, T, C):
+    if cuda.blockIdx.x == 0 and cuda.threadIdx.x == 0:
+        out[:] = _one_thread_forward(out, inp, wte, wpe, B, T, C)
+        grid.last_launch.written.clear()
+
+
+def forward_forgets_its_fault(cuda, out, inp, wte, wpe, B, T, C):
+    from gpt2enc_edu.course.grid import forget
+
+    try:
+        wte[wte.size + 5]
+    except grid.KernelFault:
+        forget()
+
+
+def forward_keeps_state_in_a_module(cuda, out, inp, wte, wpe, B, T, C):
+    np.sctypeDict["total"] = 0
+
+
+def forward_reads_through_a_view(cuda, out, inp, wte, wpe, B, T, C):
+    size = pack_size(wte.dtype)
+    idx = (cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x) * size
+    if idx < B * T * C:
+        out[idx] = out.reshape(-1)[idx]
+
+
+def block_sum_reads_shared_whole_without_a_barrier(cuda, out, x, n):
+    sums = cuda.shared_array("sums", 4, "float32")
+    value = x[cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x]
+    for offset in (16, 8, 4, 2, 1):
+        value = fadd(value, (yield cuda.shfl_down_sync(value, offset)))
+    if cuda.threadIdx.x % 32 == 0:
+        sums[cuda.threadIdx.x // 32] = value
+    if cuda.threadIdx.x == 0:  # no __syncthreads(): warps 1-3 may not have written their sums yet
+        out[cuda.blockIdx.x] = np.sum(np.asarray(sums))
+
+
+@pytest.mark.parametrize(("check", "kernel", "message"), [
+    ("forward", forward_rewritable_view, r"`\.flags` is not available|writes only into arrays it names"),
+    ("forward", forward_wipes_the_write_counts, r"`\.last_launch` is not available"),
+    ("forward", forward_forgets_its_fault, r"`forget` is not available"),
+    ("forward", forward_keeps_state_in_a_module, "writes only into arrays it names"),
+    ("forward", forward_reads_through_a_view, "made an array from out with an array method"),
+    ("block_sum", block_sum_reads_shared_whole_without_a_barrier, r"race on shared memory sums\[\d\]"),
+], ids=lambda v: getattr(v, "__name__", None) or "")
+def test_a_kernel_cannot_go_around_the_record(check, kernel, message, capsys):
+    import matplotlib
+
+    from gpt2enc_edu.course import warmups
+
+    matplotlib.use("Agg")
+    verdict = (warmups.check if check in warmups.TITLES else buildit.check)(check, kernel)
+    out = capsys.readouterr().out
+    assert not verdict and re.search(message, out), out
+    pytest.importorskip("matplotlib.pyplot").close("all")
+
+
+@pytest.mark.parametrize(("label", "kernel"), [
+    ("large vocabulary, wide rows", "ids as 8 bits"),
+    ("NaN, Inf and subnormals", "NumPy's add"),
+])
+def test_the_cpu_cases_catch_kernels_right_only_on_small_tame_problems(label, kernel, capsys):
+    """Ids kept in 8 bits, and an add without the GPU's flush-to-zero that clips non-finite values, pass every other
+    case: the large-vocabulary and the special-values cases fail them."""
+    verdict = buildit.check("forward", forward_8_bit_ids if kernel == "ids as 8 bits" else forward_plain_add)
+    out = capsys.readouterr().out
+    assert not verdict and f"FAILED on case '{label}'" in out, out
+
+
+def forward_8_bit_ids(cuda, out, inp, wte, wpe, B, T, C):
+    size = pack_size(wte.dtype)
+    idx = (cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x) * size
+    if idx < B * T * C:
+        t, c, token = idx // C % T, idx % C, int(inp[idx // C]) % 256
+        total = fadd(to_float(load128(wte, token * C + c)), to_float(load128(wpe, t * C + c)))
+        store128(out, idx, to_storage_nearest(total, out.dtype))
+
+
+def forward_plain_add(cuda, out, inp, wte, wpe, B, T, C):
+    size = pack_size(wte.dtype)
+    idx = (cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x) * size
+    if idx < B * T * C:
+        t, c, token = idx // C % T, idx % C, int(inp[idx // C])
+        total = to_float(load128(wte, token * C + c)) + to_float(load128(wpe, t * C + c))
+        store128(out, idx, to_storage_nearest(np.clip(np.nan_to_num(total), -1e30, 1e30), out.dtype))
 
 
 # ------------------------------------------------------------------------------------------------------

@@ -9,7 +9,10 @@
   ``np.copyto`` or a ufunc's ``out=``, are refused: the emulator could not see who wrote what). Two
   different threads touching one element between two barriers, at least one of them writing, is a
   ``RaceHazard`` (compute-sanitizer's racecheck reports the same pairs on the GPU): of one block, when no
-  ``__syncthreads()`` lies between the accesses; of two blocks, always (nothing orders blocks);
+  ``__syncthreads()`` lies between the accesses; of two blocks, always (nothing orders blocks). A NumPy function
+  or a ufunc given such an array reads all of it (``DeviceArray.load``; ``kernel_numpy`` makes ``np.asarray`` and
+  its kin do the same in a graded run), and an array method that would make a view or a copy of it is refused,
+  since reads through that would not be recorded;
 * an atomics-only buffer (``read_only``) refuses every plain write; ``cuda.atomic_add`` is its only way in;
 * an index past either end (a negative one included: on a GPU it is an address before the array) is a
   ``KernelFault`` naming the thread, the array and the index.
@@ -217,13 +220,50 @@ class Memory:
                           if hasattr(thread, "threadIdx") else {})
 
 
+#: Depth of the emulator's own indexing of a ``DeviceArray`` (its views are made and dropped inside it).
+_INSIDE = [0]
+
+
 class DeviceArray(np.ndarray):
     """A kernel's view of one array (see the module docstring); arithmetic on it gives plain arrays."""
 
     _mem: Memory | None = None
 
     def __array_finalize__(self, obj):
+        mem = getattr(obj, "_mem", None)
+        if mem is not None and mem.access == "write" and not _INSIDE[0]:
+            # A view (reshape, .T, ravel) or a copy made by a method would let its reads bypass the record of who
+            # read what, and so hide a race: the kernel indexes the array itself, or loads it whole (np.asarray).
+            raise KernelFault(f"{mem._who()}: made an array from {mem.name} with an array method; index {mem.name} "
+                              f"itself ({mem.name}[i], {mem.name}[a:b], load128) or load it with np.asarray, so "
+                              "the emulator sees each read")
         self._mem = None  # a view or a result derived from a device array is a plain value, not the array
+
+    def load(self) -> np.ndarray:
+        """The whole array as a read-only plain copy, recorded as a read of every element by the running thread
+        (``np.asarray``, a NumPy function or a ufunc given the array)."""
+        mem = self._mem
+        if mem is not None and mem.access == "write" and mem.tracker is not None and \
+                mem.tracker.current is not None:
+            mem.read(range(mem.size))
+        copy = self.view(np.ndarray).copy()
+        copy.flags.writeable = False  # writing into it would change nothing: refused, as writing the view is
+        return copy
+
+    def __iter__(self):
+        return iter(self.load() if self._mem is not None else self.view(np.ndarray))
+
+    def tolist(self):
+        return (self.load() if self._mem is not None else self.view(np.ndarray)).tolist()
+
+    def item(self, *args):
+        return (self.load() if self._mem is not None else self.view(np.ndarray)).item(*args)
+
+    def tobytes(self, order="C"):
+        return (self.load() if self._mem is not None else self.view(np.ndarray)).tobytes(order)
+
+    def __array_function__(self, func, types, args, kwargs):
+        return func(*_loaded(args), **dict(zip(kwargs, _loaded(kwargs.values()))))
 
     def __getitem__(self, key):
         mem = self._mem
@@ -238,7 +278,11 @@ class DeviceArray(np.ndarray):
         ids = mem.index(key, "read")
         if mem.access == "write":
             mem.read(ids.tolist())
-        result = np.ndarray.__getitem__(self, key)
+        _INSIDE[0] += 1
+        try:
+            result = np.ndarray.__getitem__(self, key)
+        finally:
+            _INSIDE[0] -= 1
         return result.view(np.ndarray).copy() if isinstance(result, np.ndarray) else result
 
     def __setitem__(self, key, value):
@@ -252,19 +296,52 @@ class DeviceArray(np.ndarray):
                 mem.write((key,))
             else:
                 mem.write(mem.index(key, "wrote").tolist())
-        value = value.view(np.ndarray) if isinstance(value, DeviceArray) else value
+        value = _loaded([value])[0]  # another device array as the value: a read of all of it
         # through the writable array behind the view (NumPy's own slice assignment on the view would call
         # __getitem__, which returns a copy, and the view itself is read-only)
         np.ndarray.__setitem__(self.view(np.ndarray) if mem is None else mem.target, key, value)
 
     def __array_ufunc__(self, ufunc, method, *inputs, out=None, **kwargs):
-        plain = [x.view(np.ndarray) if isinstance(x, DeviceArray) else x for x in inputs]
+        plain = _loaded(inputs)
         if out is not None:
             for o in out:
                 if isinstance(o, DeviceArray) and o._mem is not None:
                     o._mem.refuse(o._mem._who())
             kwargs["out"] = tuple(o.view(np.ndarray) if isinstance(o, DeviceArray) else o for o in out)
         return getattr(ufunc, method)(*plain, **kwargs)
+
+
+def _loaded(values) -> list:
+    """``values`` with each ``DeviceArray`` loaded whole (``DeviceArray.load``) and each list or tuple of them too:
+    what a NumPy function or a ufunc reads of a device array, it reads all of."""
+    def one(x):
+        if isinstance(x, DeviceArray):
+            return x.load() if x._mem is not None else x.view(np.ndarray)
+        if isinstance(x, (list, tuple)):
+            return type(x)(one(v) for v in x)
+        return x
+    return [one(x) for x in values]
+
+
+def kernel_numpy(numpy_module=np):
+    """NumPy as a graded kernel sees it: the same module, except that the functions that turn an argument into an
+    array (``np.asarray``, ``np.array``, ...), which NumPy does not let a ``DeviceArray`` intercept, load a device
+    array whole first (``DeviceArray.load``), so that the emulator sees the read."""
+    import types
+
+    class KernelNumPy(types.ModuleType):
+        def __getattr__(self, name):
+            real = getattr(numpy_module, name)
+            if name not in _CONVERTERS:
+                return real
+            return lambda a, *args, **kwargs: real(_loaded([a])[0], *args, **kwargs)
+
+    return KernelNumPy("numpy", numpy_module.__doc__)
+
+
+#: NumPy's functions that make an array of their first argument without dispatching on its type.
+_CONVERTERS = frozenset({"array", "asarray", "asanyarray", "ascontiguousarray", "asfortranarray", "asarray_chkfinite",
+                         "require", "fromiter"})
 
 
 def device_array(array: np.ndarray, name: str, access: str, kind: str = "global") -> DeviceArray:

@@ -13,7 +13,7 @@ namespace. What else the kernel names is resolved here, in the notebook's proces
   only its arguments), any name of the package's own kernels, mirror or the worked solutions (``mirror``,
   ``perthread``, ``solutions``, ...), and the ways around these rules (``eval``/``exec``/``open``/``getattr``,
   ``import`` of other modules, dunder names, private attributes, frame and code attributes, ``global``,
-  assignments to attributes). A kernel whose code is one of the package's own per-thread kernels (the same
+  assignments to attributes or into a module's objects, ``.flags`` and the emulator's own bookkeeping). A kernel whose code is one of the package's own per-thread kernels (the same
   syntax tree, whatever its name and docstring) is refused too.
 """
 
@@ -36,8 +36,11 @@ FORBIDDEN_NAMES = frozenset({
     "getattr", "setattr", "delattr", "breakpoint", "input", "importlib", "sys", "os", "inspect", "gc", "builtins",
     "subprocess", "ctypes", "pickle", "marshal", "types", "traceback", "threading", "io", "pathlib", "shutil",
 })
-_FORBIDDEN_ATTRIBUTES = frozenset({"base", "setflags", "ctypes", "tofile", "dump", "dumps", "frombuffer", "load",
-                                   "fromfile", "loadtxt", "genfromtxt", "memmap", "lib", "ctypeslib"})
+_FORBIDDEN_ATTRIBUTES = frozenset({"base", "setflags", "flags", "ctypes", "tofile", "dump", "dumps", "frombuffer",
+                                   "load", "fromfile", "loadtxt", "genfromtxt", "memmap", "lib", "ctypeslib",
+                                   # the emulator's own bookkeeping: a kernel that reaches it could rewrite its record
+                                   "forget", "pending", "last_launch", "launch", "Tracker", "Memory", "DeviceArray",
+                                   "device_array"})
 _FRAME_PREFIXES = ("f_", "gi_", "tb_", "cr_", "ag_", "co_")
 #: Builtins the grading process takes away from the learner's namespace (``__import__`` is replaced).
 REMOVED_BUILTINS = ("open", "eval", "exec", "compile", "globals", "locals", "vars", "breakpoint", "input",
@@ -62,6 +65,9 @@ def _scan(tree: ast.AST, name: str) -> None:
             modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
             if getattr(node, "level", 0) or any(m not in ALLOWED_MODULES for m in modules):
                 refuse(node, f"a graded kernel may import only {', '.join(ALLOWED_MODULES)}")
+            for alias in node.names if isinstance(node, ast.ImportFrom) else ():
+                if alias.name.startswith("_") or alias.name in _FORBIDDEN_ATTRIBUTES | FORBIDDEN_NAMES:
+                    refuse(node, f"`{alias.name}` is not available to a graded kernel")
         elif isinstance(node, ast.Name) and node.id.startswith("__"):
             refuse(node, f"`{node.id}` is not available to a graded kernel")
         elif isinstance(node, ast.Attribute):
@@ -71,6 +77,10 @@ def _scan(tree: ast.AST, name: str) -> None:
                 refuse(node, f"`.{attr}` is not available to a graded kernel")
             if isinstance(node.ctx, ast.Store) or isinstance(node.ctx, ast.Del):
                 refuse(node, "a kernel does not assign attributes; threads share data only through arrays")
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del)) and \
+                isinstance(node.value, ast.Attribute):
+            refuse(node, "a kernel writes only into arrays it names (its parameters and the arrays it makes), not "
+                         "into a module's or an object's: threads share data only through arrays")
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
             refuse(node, "a kernel keeps no state outside its arrays (`global`/`nonlocal`)")
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
@@ -186,7 +196,8 @@ def validate(payload) -> dict:
             _check_function(text, name, references)
         for alias, module, attribute in imports:
             if module not in ALLOWED_MODULES or not str(alias).isidentifier() or \
-                    (attribute is not None and (not str(attribute).isidentifier() or attribute.startswith("_"))):
+                    (attribute is not None and (not str(attribute).isidentifier() or attribute.startswith("_")
+                                                or attribute in _FORBIDDEN_ATTRIBUTES)):
                 raise SourceRejected(f"a graded kernel may use only {', '.join(ALLOWED_MODULES)}")
         for name, constant in constants.items():
             items = constant.get("tuple", [constant])
@@ -247,6 +258,9 @@ def _resolve(name: str, value, fn, kernel, payload: dict, todo: list) -> None:
         return
     home = _from_allowed_module(value)
     if home is not None:
+        if home[1] in _FORBIDDEN_ATTRIBUTES:
+            raise SourceRejected(f"{fn.__name__} uses `{name}` ({home[0]}.{home[1]}), which is not available to a "
+                                 "graded kernel")
         payload["imports"].append([name, *home])
         return
     if inspect.isfunction(value) and value.__module__ in ("__main__", kernel.__module__) and \
