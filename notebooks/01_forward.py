@@ -35,9 +35,9 @@
 # **Time:** about 25 minutes for the core sections; the sections marked *(optional)* add about 15, and
 # the CUDA build-it at the end (with a GPU) about 20.
 #
-# 0. Setup · 1. What the encoder computes · 2. Which thread computes what · 3. Why 128-bit packs ·
-# 4. The kernel · 5. Run it and check it · 6. llm.c does it this way · 7. Three versions, measured ·
-# 8. Exercise 1 · Build it in CUDA
+# 0. Setup · 1. What the encoder computes · 2. Which thread computes what · 3. Why 128-bit packs · 4. The kernel ·
+# 5. Run it and check it · 6. (optional) llm.c does it this way · 7. (optional) Three versions, measured ·
+# 8. Exercise 1 · (optional) Build it in CUDA
 
 # %%
 import importlib.util, os, subprocess, sys

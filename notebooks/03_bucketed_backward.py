@@ -37,8 +37,8 @@
 # the two CUDA build-its at the end (with a GPU) about 30.
 #
 # 0. Setup · 1. One owner per element · 2. The bucket table, step by step · 3. Bucket sizes in practice ·
-# 4. Why largest first · 5. The wte kernel · 6. Run it: same bits, every time · 7. llm.c does it this way ·
-# 8. Exercise 3 · Build them in CUDA
+# 4. Why largest first · 5. The wte kernel · 6. Run it: same bits, every time · 7. (optional) llm.c does it this way ·
+# 8. Exercise 3 · (optional) Build them in CUDA
 
 # %%
 import importlib.util, os, subprocess, sys

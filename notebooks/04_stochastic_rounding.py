@@ -33,8 +33,8 @@
 # **Time:** about 15 minutes for the core sections; the sections marked *(optional)* add about 10.
 #
 # 0. Setup · 1. bf16 drops small updates · 2. Drift: many small additions · 3. SquirrelNoise5 ·
-# 4. The 16-bit threshold trick · 5. Why key the noise by element and seed · 6. llm.c does it this way ·
-# 7. Through the real kernels · 8. The accumulation stall, method by method · 9. Exercise 4
+# 4. The 16-bit threshold trick · 5. Why key the noise by element and seed · 6. (optional) llm.c does it this way ·
+# 7. Through the real kernels · 8. (optional) The accumulation stall, method by method · 9. Exercise 4
 
 # %%
 import importlib.util, os, subprocess, sys
