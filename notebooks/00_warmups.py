@@ -139,14 +139,13 @@ done = warmups.check_warp_sum(warp_sum)
 # %% [markdown]
 # ## 4. Warm-up 3: a block's sum through shared memory (core)
 #
-# **Goal:** one block of 128 threads (4 warps) per 128 values; thread 0 of block `b` writes `out[b]`. Each
-# warp sums its 32 values as in warm-up 2; lane 0 of each warp writes its sum into a **shared** array, which
-# every thread of the block sees (`cuda.shared_array("sums", 4, "float32")`, CUDA's `__shared__ float
-# sums[4]`); then thread 0 adds the four in warp order. Thread 0 reads what lanes 32, 64 and 96 wrote, so a
-# **barrier** must lie between the writes and the reads: `yield cuda.syncthreads()`, CUDA's
-# `__syncthreads()`, which every thread of the block must reach. Without it the check reports a race.
-# This is the shape of llm.c's deterministic backward (notebook 03): warps sum, shared memory, a barrier,
-# one warp combines. The spec:
+# **Goal:** one block of 128 threads (4 warps) per 128 values; thread 0 of block `b` writes `out[b]`. Each warp sums
+# its 32 values as in warm-up 2; lane 0 of each warp writes its sum into a **shared** array, which every thread of the
+# block sees (`cuda.shared_array("sums", 4, "float32")`, CUDA's `__shared__ float sums[4]`); then thread 0 adds the
+# four in warp order. Thread 0 reads what threads 32, 64 and 96 (lane 0 of warps 1 to 3) wrote, so a **barrier** must
+# lie between the writes and the reads: `yield cuda.syncthreads()`, CUDA's `__syncthreads()`, which every thread of
+# the block must reach. Without it the check reports a race. This is the shape of llm.c's deterministic backward
+# (notebook 03): warps sum, shared memory, a barrier, one warp combines. The spec:
 
 # %%
 display(Markdown(f"```python\n{inspect.getsource(warmups.spec_block_sum)}```"))

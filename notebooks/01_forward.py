@@ -94,8 +94,10 @@ print(enc.backend.to_numpy(out))
 # %% [markdown]
 # ## 2. Which thread computes what (core)
 #
-# The kernel in its plainest fast form (version 2 of section 7, which is llm.c's kernel) starts one thread
-# per **128-bit pack** of the output: 8 bf16 values or 4 fp32 values.
+# The kernel in its plainest fast form (version 2 of section 7: llm.c's thread map and packs; it caches `wpe` where
+# llm.c streams it, section 6) starts one thread per **128-bit pack** of the output: 8 bf16 values or 4 fp32
+# values. This section, the build-it and Exercise 1 use this thread map; `encoder_forward` launches version 3, a
+# different map with the same bits (section 7).
 # Thread number `i` (that is `blockIdx.x * blockDim.x + threadIdx.x`) owns the pack that starts at flat
 # element `idx = i * x128::size` of the (B, T, C) output, and recovers its coordinates with three divisions:
 #
@@ -335,9 +337,9 @@ ax = timing_plots.forward_versions(forward_times)
 # %% [markdown]
 # ## 8. Exercise 1: which thread writes `out[b, t, c]`? (core)
 #
-# "Which thread computes what" went from a thread to its elements. Go the other way: write `element_to_thread(b, t, c, T, C,
-# dtype)` that returns, for arrays `b`, `t`, `c` (NumPy or CuPy), the number of the thread that writes
-# `out[b, t, c]` and the place `k` (0 ≤ k < pack width) of that element in the thread's pack.
+# "Which thread computes what" went from a thread to its elements. Go the other way: write `element_to_thread(b, t, c,
+# T, C, dtype)` that returns, for arrays `b`, `t`, `c` (NumPy or CuPy), the number of the thread that writes `out[b,
+# t, c]` and the place `k` (0 ≤ k < pack width) of that element in the thread's pack.
 #
 # *Hint:* compute the element's flat index in the (B, T, C) output first. `layout.pack_size(dtype)` gives
 # the pack width. Is B needed? The check cell below prints "not done yet" until the stub is filled in;

@@ -204,7 +204,8 @@ for name, (first, second) in runs32.items():
 # atomics on the row every sequence hits). Up to `ATOMIC_ROWS` sequences, each `dwpe` element receives one
 # atomic add: old value + sum, nothing to reorder, the same bits every run. The mirror adds one batch row
 # at a time, B adds per element in a random order, as the build-it's kernel would. With more sequences the
-# GPU's `dwpe` gets several atomics per element, and its bits may change too.
+# GPU's `dwpe` gets several atomics per element, and its bits may change too (into a `dwpe` that starts at zero,
+# only from three atomics on, as Exercise 2 shows for rows of `dwte`).
 
 # %%
 from gpt2enc_edu import layout
@@ -395,11 +396,11 @@ for method, pair in runs16.items():
 # `(V,)`, True for the rows whose bits can depend on the order of the atomic adds. `inp` may be a NumPy or
 # a CuPy array: use the same module for the answer.
 #
-# *Hint:* for a row that receives n adds, list the orders in which they can arrive, and ask which orders
-# can give different fp32 results when the row starts at 0 ("Float addition is not associative"). The check draws its id batches
-# when it runs, then runs the atomic kernel a few times from zero and shows which rows really changed.
-# Solution: `solutions/exercises.py` (in the repository, outside the package). After it comes the CUDA
-# build-it exercise.
+# *Hint:* for a row that receives n adds, list the orders in which they can arrive, and ask which orders can give
+# different fp32 results when the row starts at 0 ("Float addition is not associative"). The check draws its id
+# batches when it runs, then runs the atomic kernel a few times from zero and shows which rows really changed.
+# Solution: `solutions/exercises.py` (in the repository, outside the package). After it comes the CUDA build-it
+# exercise.
 
 # %%
 def rows_that_can_differ(inp, V):

@@ -21,10 +21,10 @@
 # position gradient is easy. For the token gradient we group the work into *buckets*, and we will
 # see why the bucket table is sorted largest first.
 #
-# **Prerequisites:** notebooks 01 and 02 (threads, warps and 128-bit packs; the backward as a scatter-add;
-# why atomics make the bits change); for the wte build-it, what a thread block's *shared memory* and a
-# *barrier* are (notebook 00's warm-up 3 practises them; explained again where they are needed). Notebook 04 explains the stochastic rounding used here;
-# it is not needed first.
+# **Prerequisites:** notebooks 01 and 02 (threads, warps and 128-bit packs; the backward as a scatter-add; why atomics
+# make the bits change); for the wte build-it, what a thread block's *shared memory* and a *barrier* are (notebook
+# 00's warm-up 3 practises them; explained again where they are needed). Notebook 04 explains the stochastic rounding
+# used here; it is not needed first.
 #
 # **After this notebook you can:**
 # 1. build the bucket table of a small batch by hand and read it (Exercise 3 checks it);
@@ -414,8 +414,8 @@ results = {name: [backward(p, xp, seed=1234) for _ in range(2)] for name, p in p
 print(enc.last_backend())
 
 # %% [markdown]
-# The checksums below are the same on the GPU and in the CPU mirror: this cell's stored output comes from
-# a GPU run (the line above names the backend), and the test suite re-runs it on a CPU and compares. `bitwise_equal(…, mirror)`
+# The checksums below are the same on the GPU and in the CPU mirror: this cell's stored output comes from a GPU run
+# (the line above names the backend), and the test suite re-runs it on a CPU and compares. `bitwise_equal(…, mirror)`
 # compares with the mirror directly (on a machine without a GPU it compares the mirror with itself).
 
 # %%
@@ -472,18 +472,17 @@ print("shuffled bucket order, same dwte bits:", compare.bitwise_equal(on.dwte, r
 #    ties land in any order). llm.c's `dwte` is reproducible run to run with the same binary and standard
 #    library, but a different compiler or library may give other bits. Here the table order is documented
 #    and, as the shuffle above showed, does not matter anyway.
-# 2. **Who reaches the barrier.** In llm.c only warp 0 reaches its `__syncthreads()`. Lanes with no channel
-#    (`c >= C`) and warps with no item (`warp_id >= bucket_size`) return at the start, and every other warp,
-#    busy ones included, writes its partial sum to shared memory and returns; warp 0 then waits at the
-#    barrier and reads sums written by warps that have exited. Its comment says exited threads count as
-#    arrived. That is documented: the PTX ISA (PTX is the instruction set CUDA C++ compiles to) says a barrier
-#    waits for the threads that have not exited, and that exiting threads release it. CUDA C++ asks for more, `__syncthreads()` only in code that the whole
-#    block reaches, so llm.c's kernel rests on the PTX rule beneath the C++ one. The package's kernel also
-#    lets idle warps leave early (their slots go to the next blocks, which makes small buckets cheap), but
-#    the busy warps stay and meet at a **named barrier** that states how many threads it waits for,
-#    `bar.sync 1, busy_warps * 32`, and lanes without channels stay with their warp until it. Every thread the
-#    barrier counts reaches it, so nothing rests on how exited threads are counted, and compute-sanitizer's
-#    `synccheck` and `racecheck` have nothing to flag.
+# 2. **Who reaches the barrier.** In llm.c only warp 0 reaches its `__syncthreads()`. Lanes with no channel (`c >= C`)
+#    and warps with no item (`warp_id >= bucket_size`) return at the start, and every other warp, busy ones included,
+#    writes its partial sum to shared memory and returns; warp 0 then waits at the barrier and reads sums written by
+#    warps that have exited. Its comment says exited threads count as arrived. That is documented: the PTX ISA (PTX is
+#    the instruction set CUDA C++ compiles to) says a barrier waits for the threads that have not exited, and that
+#    exiting threads release it. CUDA C++ asks for more, `__syncthreads()` only in code that the whole block reaches,
+#    so llm.c's kernel rests on the PTX rule beneath the C++ one. The package's kernel also lets idle warps leave
+#    early (their slots go to the next blocks, which makes small buckets cheap), but the busy warps stay and meet at a
+#    **named barrier** that states how many threads it waits for, `bar.sync 1, busy_warps * 32`, and lanes without
+#    channels stay with their warp until it. Every thread the barrier counts reaches it, so nothing rests on how
+#    exited threads are counted, and compute-sanitizer's `synccheck` and `racecheck` have nothing to flag.
 # 3. **Item lists.** llm.c files every position once per channel group: a `std::unordered_map` keyed by
 #    token and channel group (`c_group + num_c_groups * token`) holds one list per bucket, and each entry is a
 #    64-bit word packing `bt`, the channel group and the token; it copies B·T·(C/256) such entries. Here the
@@ -499,8 +498,9 @@ print("shuffled bucket order, same dwte bits:", compare.bitwise_equal(on.dwte, r
 #    GPU only, which is why the GPU-built table (notebook 06) matters.
 # 6. **Streaming loads**: both read `dout` with `load128cs` (each pack is read by one bucket only).
 # 7. **Who sums a small bucket.** llm.c gives every bucket a block. The package launches the warps form (section
-#    5): one warp per bucket of at most 8 items, 8 such buckets per block of 8 warps, so an eighth as many blocks. The sums and the bits are
-#    the same; on uniform ids, where almost every bucket is tiny, the kernel takes about half the time.
+#    5): one warp per bucket of at most 8 items, 8 such buckets per block of 8 warps, so an eighth as many blocks.
+#    The sums and the bits are the same; on uniform ids, where almost every bucket is tiny, the kernel takes about
+#    half the time.
 #
 # What follows, from a comparison on the same inputs (H200, llm.c commit `f1e2ace6`, B = 64, uniform and Zipf
 # ids): `method="bucketed"`, the package's method with **llm.c's summation order** (the same items per warp,

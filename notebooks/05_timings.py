@@ -208,12 +208,12 @@ if live_rows:
 #
 # Toward small B the floor falls almost in proportion to B (less at the smallest B, where the T wpe rows and one
 # sequence's distinct rows are a fixed share); the measured lines do not follow it down. At B=1 the minimal bytes are
-# the few megabytes of section 1, a microsecond or two of copying, but a call still pays its launches, its
-# sort of the ids (the bucket table's chain of short steps, or, at B=1, the sort of the ids that every block of
-# the chunked method's one-launch kernel does for itself; notebook 06 section 8), and for the CPU route the host round trip: those **fixed costs** set
-# the time at small B. The last panel answers a second question, what the bucket table costs where it is built:
-# the CPU route (the ids to the host, `make_buckets` in NumPy, the table back) takes milliseconds, the GPU table
-# alone tens of microseconds, which is why the package builds the table on the GPU for CuPy arrays.
+# the few megabytes of section 1, a few microseconds of copying, but a call still pays its launches, its sort of the
+# ids (the bucket table's chain of short steps, or, at B=1, the sort of the ids that every block of the chunked
+# method's one-launch kernel does for itself; notebook 06 section 8), and for the CPU route the host round trip: those
+# **fixed costs** set the time at small B. The last panel answers a second question, what the bucket table costs where
+# it is built: the CPU route (the ids to the host, `make_buckets` in NumPy, the table back) takes milliseconds, the
+# GPU table alone tens of microseconds, which is why the package builds the table on the GPU for CuPy arrays.
 #
 # ### How close to a copy does each operation get, and from which B on?
 #

@@ -117,7 +117,9 @@ print(f"chunked: {table.num_units} units of at most {layout.CHUNK_ITEMS} positio
 #   `size` are the token's whole range in `bt_list`; the chunk begins `chunk · 32` items in).
 # * **warp**: the *chunk kernel* (the first of the chunked method's two kernels; the *combine kernel*, section 3,
 #   is the second) gives **one warp to each (unit, channel group)**: at C = 768, 3 warps per unit.
-#   (Notebook 03's *bucket* is a (token, channel group), and the bucketed kernel gives it one block of 8 warps.)
+#   (Notebook 03's *bucket* is a (token, channel group); llm.c's bucketed kernel gives it one block of 8 warps,
+#   the count the next cell prints for comparison; the package's warps form gives a bucket of at most 8 items one
+#   warp, notebook 03 section 5.)
 
 # %%
 groups = layout.num_c_groups(C, enc.bfloat16)
@@ -305,13 +307,15 @@ del results, cpu, ref, bound, chunked, bucketed, ulps
 # ### Why bf16 runs of the two methods usually agree
 #
 # In training the gradients are **bf16** values (notebook 07, in its GPU configuration with bf16 weights, finds the
-# chunked and bucketed runs identical, bit for bit). A bf16 value has 8 significant bits; fp32 keeps 24. An fp32 sum of bf16 values is exact, in any order,
-# as long as every partial sum fits in 24 bits, which holds for most sums of a few dozen values of similar size;
-# and an exact sum is the same whatever the order. And where two orders do give different fp32 sums, the difference sits in
-# low bits that rounding to bf16 drops, with the same element-keyed noise for both methods. The same problem
-# three ways, `dwte` starting at zero so that the sum *is* the result. The first line below counts more differing
-# elements than the cell above, on the same ids and `dout`, because there each sum was added to a nonzero old
-# `dwte` before it was stored, which can hide a difference in the low bits; from zero, every difference shows.
+# chunked and bucketed runs identical, bit for bit). A bf16 value has 8 significant bits; fp32 keeps 24. An fp32 sum
+# of bf16 values is exact, in any order, as long as every partial sum fits in 24 bits, which holds for most sums of a
+# few dozen values of similar size; and an exact sum is the same whatever the order. And where two orders do give
+# different fp32 sums, the difference sits in the low 16 bits that rounding to bf16 drops; with the same element-keyed
+# threshold for both methods, stochastic rounding gives the same bf16 value unless the threshold falls between the two
+# sums' dropped bits, a chance of the difference over 65536 (notebook 04). The same problem three ways, `dwte`
+# starting at zero so that the sum *is* the result. The first line below counts more differing elements than the cell
+# above, on the same ids and `dout`, because there each sum was added to a nonzero old `dwte` before it was stored,
+# which can hide a difference in the low bits; from zero, every difference shows.
 
 # %%
 def differing(problem):
@@ -376,16 +380,18 @@ for batch in (1, 2, 8, 64, 65, 128):
 # With so few ids nothing is limited by bandwidth; what costs is every launch and every barrier. One block of 512
 # threads holds two keys per thread and sorts all 1024 keys (id, position) with a bitonic network, which gathers the
 # positions of each token, in ascending order. Of the network's 55 compare-exchange steps, 10 swap registers inside a
-# thread, 35 swap through warp shuffles, and only 10 need shared memory and a barrier. The tokens are then put in
-# bucket order without a second sort, by their count classes (5b says why classes make that arithmetic). The (at most 1024) distinct
-# tokens, in id order, form 32 **sets** of 32 consecutive tokens, one set in the 32 lanes of a warp (the kernel's
-# comments call a set a *group*, `SMALL_GROUPS`; this notebook keeps that word for channel groups). A warp finds
-# which tokens of its set share a count with a warp **match** (`__match_any_sync`: every lane learns which lanes
-# hold the same value as its own), a scan per class over the 32 sets gives each token its place in its class, and
-# the few tokens seen more than 32 times are ranked by comparing them with each other. A scan of the counts gives
-# every token its start in `bt_list`. One launch in all. (The chunked wte kernels read only the units and
-# `bt_list`, so for the chunked method the kernel skips the bucket rows: three 16-byte rows per token, written from
-# one SM, would cost up to a tenth of its time.)
+# thread, 35 swap through warp shuffles, and only 10 need shared memory and a barrier (a bitonic network is a fixed
+# sequence of compare-and-swap steps that sorts any input, so every thread knows its partner at each step). The tokens
+# are then put in bucket order without a second sort, by their count classes (5b says why classes make that
+# arithmetic). The (at most 1024) distinct tokens, in id order, form 32 **sets** of 32 consecutive tokens, one set in
+# the 32 lanes of a warp (the kernel's comments call a set a *group*, `SMALL_GROUPS`; this notebook keeps that word
+# for channel groups). A warp finds which tokens of its set share a count with a warp **match** (`__match_any_sync`:
+# every lane learns which lanes hold the same value as its own), a scan (running sums: each entry gets the sum of the
+# entries before it) per class over the 32 sets gives each token its place in its class, and the few tokens seen more
+# than 32 times are ranked by comparing them with each other. A scan of the counts gives every token its start in
+# `bt_list`. One launch in all. (The chunked wte kernels read only the units and `bt_list`, so for the chunked method
+# the kernel skips the bucket rows: three 16-byte rows per token, written from one SM, would cost up to a tenth of its
+# time.)
 #
 # ### 5b. (optional) The scatter route: up to 64 sequences
 #
@@ -393,11 +399,11 @@ for batch in (1, 2, 8, 64, 65, 128):
 # 64 × 1024 positions; larger batches take the cooperative kernel of 5c.) It needs no sort of the positions and no
 # grid-wide barrier, because of two facts about this particular table:
 #
-# * **Most tokens are seen at most 32 times**, so most tokens are in a class, and the big ones are few.
-#   All tokens of a class have the same count, so a token's start in `bt_list` is arithmetic: the class's
-#   first slot + (its place in the class) × count. Its place in the class is a count of same-class tokens
-#   with smaller ids: per *tile* of 1024 consecutive token ids (one block, a set of 32 ids per warp), one warp match (`__match_any_sync`) and a scan over 32
-#   warps. The big tokens (at most B·T / 33 of them) are ranked by one block comparing (count, id) keys.
+# * **Most tokens are seen at most 32 times**, so most tokens are in a class, and the big ones are few. All tokens of
+#   a class have the same count, so a token's start in `bt_list` is arithmetic: the class's first slot + (its place in
+#   the class) × count. Its place in the class is a count of same-class tokens with smaller ids: per *tile* of 1024
+#   consecutive token ids (one block, a set of 32 ids per warp), one warp match (`__match_any_sync`) and a scan over
+#   32 warps. The big tokens (at most B·T / 33 of them) are ranked by one block comparing (count, id) keys.
 # * **Inside a token, `bt_list` must be ascending, and that is a small sort.** Every position goes into its
 #   token's range at whatever slot an integer atomic hands out; then each range is sorted on its own: a warp
 #   sorts a small token's ≤ 32 positions (each lane counts the positions smaller than its own), a block sorts
@@ -408,24 +414,25 @@ for batch in (1, 2, 8, 64, 65, 128):
 #
 # Five short kernels: count; classify (which also counts the big tokens and adds up their items and units); rows,
 # where one block ranks the big tokens while every other block writes a tile's small tokens (each block finds where
-# the classes start from the class totals and those three numbers of the big tokens, so none waits for another); scatter positions;
-# sort each range. No memset before them: the scatter kernel counts every token back down, so the counts are zero
-# again for the next table. The package replays the five as one CUDA graph, so the host pays for one call instead
-# of five launches (a graph keeps the address of the ids it was captured with: an ids buffer seen before gets a
-# graph of its own that reads it in place; any other is first copied into the buffer of a shared graph).
+# the classes start from the class totals and those three numbers of the big tokens, so none waits for another);
+# scatter positions; sort each range. No memset before them: the scatter kernel counts every token back down, so the
+# counts are zero again for the next table. The package replays the five as one CUDA graph, so the host pays for one
+# call instead of five launches (a graph keeps the address of the ids it was captured with: an ids buffer seen before
+# gets a graph of its own that reads it in place; any other is first copied into the buffer of a shared graph).
 #
 # ### 5c. (optional) The cooperative kernel: larger batches
 #
-# The same table from two stable radix sorts (tokens by count class, positions by their token's rank) in one
+# The same table from two stable radix sorts (sorts digit by digit that keep equal keys in their order: tokens by
+# count class, positions by their token's rank) in one
 # cooperative launch, whose phases are separated by about twenty grid-wide barriers (`grid.sync()`, legal because a
 # cooperative launch keeps every block resident).
 #
 # ### Every route, the same table (core)
 #
-# What the classes (section 5's opening) look like for the B = 8 real-text batch of this notebook, and the NumPy twins (kernel by
-# kernel: `gpt2enc_edu.buckets.mirror_scatter`; phase by phase: `gpt2enc_edu.buckets.mirror_cooperative` and, on
-# the batch's first sequence, `gpt2enc_edu.buckets.mirror_small`) against `make_buckets`; on a GPU, the default
-# route too:
+# What the classes (section 5's opening) look like for the B = 8 real-text batch of this notebook, and the NumPy twins
+# (kernel by kernel: `gpt2enc_edu.buckets.mirror_scatter`; phase by phase: `gpt2enc_edu.buckets.mirror_cooperative`
+# and, on the batch's first sequence, `gpt2enc_edu.buckets.mirror_small`) against `make_buckets`; on a GPU, the
+# default route too:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -576,17 +583,18 @@ if present:
 # ## 8. (optional) One sequence, one launch
 #
 # Built from a table as above, the chunked backward at B = 1 is four kernels: the table (one block, section 5), the
-# chunk and combine kernels, and the wpe kernel beside them. Each costs a few microseconds that do not depend on the bytes: a
-# launch, a wait for the kernel before, one SM sorting while the others idle. `kernels/encoder_backward_small.cu`
-# does the whole backward of at most 1024 ids in one launch. **Every block sorts the ids itself**, with the
-# one-block table's sort in shared memory, so every block knows the tokens' segments without a table in memory or
-# a barrier across the grid, and takes its share of the tokens by index. A token seen at most 8 times is one
-# warp's task, its rows all asked for at once. A more frequent token gets a whole block per channel group, whose
-# threads each take 8 bytes of channels (4 bf16) of one chunk: 64 threads cover a channel group, so a block of 512
-# threads works on 8 chunks at once, and a chunk's 32 rows are read at once instead of one after another. The sums, and so the
-# bits, are the chunked method's; `encoder_backward(..., method="chunked")` takes this path by itself for up to
-# 1024 ids on the GPU (`docs/performance.md`, "One launch for one sequence"), so the four kernels above are what it
-# runs from a table built ahead, or for more ids. The cell below shows the file collapsed: click its line to open it.
+# chunk and combine kernels, and the wpe kernel beside them. Each costs a few microseconds that do not depend on the
+# bytes: a launch, a wait for the kernel before, one SM sorting while the others idle.
+# `kernels/encoder_backward_small.cu` does the whole backward of at most 1024 ids in one launch. **Every block sorts
+# the ids itself**, with the one-block table's sort in shared memory, so every block knows the tokens' segments
+# without a table in memory or a barrier across the grid, and takes its share of the tokens by index. A token seen at
+# most 8 times is one warp's task, its rows all asked for at once. A more frequent token gets a whole block per
+# channel group, whose threads each take 8 bytes of channels (4 bf16) of one chunk: 64 threads cover a channel group,
+# so a block of 512 threads works on 8 chunks at once, and a chunk's 32 rows are read at once instead of one after
+# another. The sums, and so the bits, are the chunked method's; `encoder_backward(..., method="chunked")` takes this
+# path by itself for up to 1024 ids on the GPU (`docs/performance.md`, "One launch for one sequence"), so the four
+# kernels above are what it runs from a table built ahead, or for more ids. The cell below shows the file collapsed:
+# click its line to open it.
 
 # %%
 display(HTML(cudasource.listing(kernel_source('encoder_backward_small.cu'),

@@ -359,7 +359,9 @@ if steps:
 # to queue them), the host runs ahead, since no call of the adapter waits for the GPU; its overhead hides behind
 # the GPU's work, and what the step pays is the kernels' GPU time, where ours are the faster. A CUDA graph of the
 # step takes the Python out altogether: `adapter_step_graph` above is a replay of one, host-timed, against
-# `adapter_step`, the same step eager.
+# `adapter_step`, the same step eager. A replay rounds with the seed drawn when the graph was captured, the same
+# seed at every step, which is the fixed seed of notebook 04 section 5: capture again to draw a new one
+# (`docs/torch.md`, "Seeds").
 #
 # ### The step compiled (optional)
 #
@@ -387,15 +389,15 @@ else:
         print(f"{label:<34} {eager.step_ms:>8.2f} {comp.step_ms:>9.2f}")
 
 # %% [markdown]
-# What the encoder changes in a whole step is the difference between the two rows, against the step itself. In a
-# model this small the step is mostly launches and Python on both sides. Compiling takes launches and Python out of
-# the *rest* of the model, and with `nn.Embedding` out of the encoder too: Inductor generates its gather and the
-# position add itself and can fuse them with the kernels around them. It cannot with ours: the adapter's two custom operators still run their
-# Python and their launches every step. So compiling can shorten the `nn.Embedding` step more than ours, and the
-# stored GPU output shows it doing so; the difference between the rows is host time, not GPU time (as the host-timed
-# figures above show; which part of our operators' host time counts most here has not been profiled). In a model
-# whose GPU work per step is long, the host's time hides behind it and the encoder's share of the step is its GPU
-# time.
+# What the encoder changes in a whole step is the difference between the two rows, against the step itself. In a model
+# this small the step is mostly launches and Python on both sides. Compiling takes launches and Python out of the
+# *rest* of the model, and with `nn.Embedding` out of the encoder too: Inductor generates its gather and the position
+# add itself and can fuse them with the kernels around them. It cannot with ours: the adapter's two custom operators
+# still run their Python and their launches every step. So compiling can shorten the `nn.Embedding` step more than
+# ours, and the stored GPU output shows it doing so; the difference between the rows is host time, not GPU time (as
+# the host-timed figures above show; which part of our operators' host time counts most here has not been profiled).
+# In a model whose GPU work per step is long, the host's time hides behind it and the encoder's share of the step is
+# its GPU time.
 
 # %% [markdown]
 # ## 8. What made the rest of the model deterministic (core)
