@@ -13,8 +13,9 @@ namespace. What else the kernel names is resolved here, in the notebook's proces
   only its arguments), any name of the package's own kernels, mirror or the worked solutions (``mirror``,
   ``perthread``, ``solutions``, ...), and the ways around these rules (``eval``/``exec``/``open``/``getattr``,
   ``import`` of other modules, dunder names, private attributes, frame and code attributes, ``global``,
-  assignments to attributes or into a module's objects, ``.flags`` and the emulator's own bookkeeping). A kernel whose code is one of the package's own per-thread kernels (the same
-  syntax tree, whatever its name and docstring) is refused too.
+  assignments to attributes or into a module's objects, ``.flags`` and the emulator's own bookkeeping). A kernel
+  whose code is one of the package's own per-thread kernels (the same syntax tree, whatever its name and docstring)
+  is refused too.
 """
 
 from __future__ import annotations
