@@ -326,8 +326,9 @@ else:
 # the launches it recorded then: `gpt2enc_edu.plans`). `nn.Embedding`'s path is C++ all the way. The next cell
 # prints, from the committed benchmark, the GPU's work of the same calls and the same steps host-timed (its GPU is
 # named; the cell above ran on this machine). The benchmark's step rows and the cell above time the same step, but
-# in two processes at two moments, and host times differ between two processes by tens of percent, at times by
-# nearly 2× (compare the cell above with the bench's rows): compare rows within one of them, not across.
+# in two processes at two moments, and often on two machines: host times differ between two processes by tens of
+# percent, and between two hosts by several times (compare the cell above with the bench's rows): compare rows within
+# one of them, not across.
 
 # %%
 from gpt2enc_edu import bench
@@ -394,8 +395,9 @@ else:
 # *rest* of the model, and with `nn.Embedding` out of the encoder too: Inductor generates its gather and the position
 # add itself and can fuse them with the kernels around them. It cannot with ours: the adapter's two custom operators
 # still run their Python and their launches every step. So compiling can shorten the `nn.Embedding` step more than
-# ours, and the stored GPU output shows it doing so; the difference between the rows is host time, not GPU time (as
-# the host-timed figures above show; which part of our operators' host time counts most here has not been profiled).
+# ours; how much each gains is host time, which moves from one host and one run to the next (in the stored GPU run
+# both steps shortened, by about as much). The difference between the rows is host time, not GPU time (as the
+# host-timed figures above show; which part of our operators' host time counts most here has not been profiled).
 # In a model whose GPU work per step is long, the host's time hides behind it and the encoder's share of the step is
 # its GPU time.
 
