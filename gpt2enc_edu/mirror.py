@@ -357,11 +357,11 @@ def atomic_adds(dwte, dwpe, dout, inp, B: int, T: int, C: int, *, bf16_atomics: 
         return
     # Only the rows the batch touches (and dwpe's first T) are widened and rounded back, as on the GPU: the others
     # keep their bits, NaN payloads included.
-    touched = np.unique(ix)
+    touched, row_of = np.unique(ix, return_inverse=True)
     dwte32, dwpe32 = to_float(dwte[touched]), to_float(dwpe[:T])
     rows32 = to_float(rows)
     with np.errstate(over="ignore", invalid="ignore"):
-        np.add.at(dwte32, np.searchsorted(touched, ix), rows32)
+        np.add.at(dwte32, row_of, rows32)
         np.add.at(dwpe32, t, rows32)
         dwte[touched] = _to_storage_nearest(dwte32, dwte.dtype)
         dwpe[:T] = _to_storage_nearest(dwpe32, dwpe.dtype)

@@ -250,17 +250,18 @@ class DeviceArray(np.ndarray):
         copy.flags.writeable = False  # writing into it would change nothing: refused, as writing the view is
         return copy
 
+    # Ways to read every element that NumPy does not route through __getitem__: through a whole load.
     def __iter__(self):
-        return iter(self.load() if self._mem is not None else self.view(np.ndarray))
+        return iter(_loaded([self])[0])
 
     def tolist(self):
-        return (self.load() if self._mem is not None else self.view(np.ndarray)).tolist()
+        return _loaded([self])[0].tolist()
 
     def item(self, *args):
-        return (self.load() if self._mem is not None else self.view(np.ndarray)).item(*args)
+        return _loaded([self])[0].item(*args)
 
     def tobytes(self, order="C"):
-        return (self.load() if self._mem is not None else self.view(np.ndarray)).tobytes(order)
+        return _loaded([self])[0].tobytes(order)
 
     def __array_function__(self, func, types, args, kwargs):
         return func(*_loaded(args), **dict(zip(kwargs, _loaded(kwargs.values()))))
