@@ -250,9 +250,13 @@ display(Markdown(f"```python\n{inspect.getsource(mirror.encoder_forward)}\n```")
 # %% [markdown]
 # ## 5. Run it and check it (core)
 #
-# A GPT-2-sized problem with random embeddings (seeded, so both backends see the same numbers). The
-# result is compared with `reference.forward`, which computes in float64: the difference may not exceed
-# `compare.error_bound`, one rounding of the fp32 sum to the storage type.
+# A GPT-2-sized problem with random embeddings (seeded, so both backends see the same numbers). The result is compared
+# with `reference.forward`, which computes in float64: the difference may not exceed `compare.error_bound`, one rounding
+# of the fp32 sum to the storage type. The bound is `(terms × 2⁻²³ + ε) × magnitude`: `magnitude` is the float64 sum of
+# the absolute values that were added, each of the `terms` fp32 adds may round by 2⁻²³ of it, and ε is one ULP of the
+# storage type at 1 (2⁻⁷ for bf16, 2⁻²³ for fp32), a whole ULP so that a stochastic rounding (notebook 04) fits as well
+# as a rounding to nearest. A tiny absolute term per add (`compare.FTZ_FLOOR_PER_TERM`) lets subnormals be flushed to
+# zero. The backward's checks use the same bound with the number of adds a row received.
 
 # %%
 B, T, C, V = 8, 1024, 768, 50257
@@ -309,7 +313,7 @@ for name, p in problems.items():
 # ## 7. (optional) Three versions, measured
 #
 # In the style of llm.c's `dev/cuda/` files: the same operation written three times, each a small step
-# from the one before, each checked (bitwise equal to the mirror) and timed.
+# from the one before, each checked (bitwise equal to version 3, the one the package launches) and timed.
 #
 # * **version 1**: one element per thread, 2-byte loads and stores (bf16);
 # * **version 2**: one 128-bit pack per thread (sections 2-4; llm.c's kernel);

@@ -95,6 +95,9 @@ print("adds into each dwte row:", np.bincount(inp.ravel(), minlength=V))
 # both load the old value before either stores, one of the two updates is lost. `atomicAdd` makes the
 # read-modify-write indivisible: the memory system applies the adds one at a time, **in whatever order
 # they arrive**. The result is correct up to rounding, but the order is decided by the hardware at run time.
+#
+# This simple kernel is the one you build and the one the NumPy mirror imitates. For fp32 accumulation the package
+# launches a variant that adds fewer atomics into `dwpe`; section 4 shows where that difference becomes visible.
 
 # %% [markdown]
 # ### Build it first: the atomic kernel as a Python function of one thread (core)
@@ -166,10 +169,10 @@ for name, value in (("(a + b) + c", left), ("a + (b + c)", right)):
 # %% [markdown]
 # ## 4. Run it twice (core)
 #
-# A GPT-2-sized batch (B = 8, T = 1024, C = 768) with token ids drawn from a Zipf law, as in text a few
-# tokens repeat hundreds of times. The vocabulary is cut to V = 8192 rows so that the CPU mirror stays fast;
-# it changes nothing below. The gradients are stored in **fp32** here, so that every difference in the
-# order of the adds can show in the bits.
+# A GPT-2-sized batch (B = 8, T = 1024, C = 768) with token ids drawn from a Zipf law (the token of rank k is drawn in
+# proportion to k^-1.1), so that, as in text, a few tokens repeat hundreds of times. The vocabulary is cut to V = 8192
+# rows so that the CPU mirror stays fast; it changes nothing below. The gradients are stored in **fp32** here, so that
+# every difference in the order of the adds can show in the bits.
 #
 # On the GPU the order comes from the hardware. The NumPy mirror imitates it: each call adds the
 # positions in a fresh random order (`np.add.at` over a random permutation). Both are run where a GPU
@@ -228,7 +231,8 @@ ax = rounding_plots.ulp_histogram({name: compare.ulp_difference(first[0], second
 # few ULPs, and the overflow bins at the ends.*
 #
 # Different bits, but both runs are equally right: each lies within `compare.error_bound` of the
-# float64 reference (fp32 sums of up to `max_terms` terms):
+# float64 reference (notebook 01, section 5; here fp32 sums of up to `max_terms` terms, the old value counted as
+# one of them):
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -253,15 +257,17 @@ for method, (first, second) in runs16.items():
           f"{first[0].size:,} dwte elements differ between two runs")
 
 # %% [markdown]
-# ### (optional) Why the fp32 route copies only the rows the batch uses
+# ### Why the fp32 route was slow, and what made it fast (core)
 #
-# fp32 atomics need fp32 targets, and bf16 gradients are not fp32. Converting the whole of `dwte` to fp32
-# before the adds and back after them would read and write all V × C elements twice, however few rows the
-# batch touched: at small batches far more traffic than the adds themselves, enough to make the route slower
-# than PyTorch's embedding backward (`docs/experiments.md`, "Atomic baselines", has the measurements). So a
+# fp32 atomics need fp32 targets, and bf16 gradients are not fp32. The route's first form converted the whole of
+# `dwte` to fp32 before the adds and back after them: all V × C elements read and written twice, however few rows
+# the batch touched. At small batches that is far more traffic than the adds themselves: at B = 1 the route took
+# 390 µs, 19 times PyTorch's `index_add_` plus the sum for `dwpe` (`docs/experiments.md`, "Atomic baselines", H200,
+# 2026-12-02). Now a
 # *widen* kernel copies to fp32 only the rows of the tokens the batch uses (a per-token stamp lets the first
 # warp that meets a token claim its row, so each row is copied once), and a *narrow* kernel rounds those rows
-# back to bf16 once after the adds. The bytes of both designs for this batch, at GPT-2's vocabulary:
+# back to bf16 once after the adds: 21-25 µs at B = 1 in the same measurement, at most 1.21 times that. The
+# bytes of both designs for this batch, at GPT-2's vocabulary:
 
 # %%
 V_gpt2, per_element = 50257, 2 + 4 + 4 + 2  # widen: read bf16, write fp32; narrow: read fp32, write bf16
@@ -276,6 +282,16 @@ print(f"{distinct:,} distinct ids in {B * T:,} positions. Converting all {V_gpt2
 # `method="atomic_bf16"` does what a kernel without fp32 scratch space would do: `atomicAdd` on the bf16
 # gradients themselves. Now **every** add rounds to 8 significant bits, and the rounding errors of a row
 # pile up with the number of adds (and still depend on the order, as the bf16 runs of section 4 showed).
+#
+# **Which GPUs have a bf16 `atomicAdd`?** (`sm_XY` names a GPU generation by its compute capability X.Y: sm_90
+# is Hopper, the H100 and H200; sm_80 the A100; sm_75 a T4.) `atomicAdd` on `__nv_bfloat162` is a single native
+# instruction only from **sm_90** on: `cuda_bf16.hpp` emits `atom.add.noftz.bf16x2` under `NV_PROVIDES_SM_90`.
+# Below sm_90 the header's `atomicAdd` is a compare-and-swap loop on the 32-bit word (read the pair, add, write it
+# back only if nobody changed it meanwhile, else try again). CUDA 12.2 and newer, 13 included, provide that
+# function on every architecture; CUDA 12.0 and 12.1 only from sm_80. So `kernels/encoder_backward_atomic.cu`
+# writes the same loop itself below sm_80 (a T4 is sm_75): equivalent to the header's, needed only with those
+# older toolkits. The loop is just as correct, only slower under contention, and it rounds after every add
+# exactly as the native instruction does.
 #
 # The histogram compares each result with the float64 reference rounded to bf16 (in bf16 ULPs). Read the
 # numbers, not just the shape: fp32 accumulation is almost always exact to the last bit; bf16 atomics
@@ -375,17 +391,6 @@ for method, pair in runs16.items():
 # it is the deterministic, bucketed scheme of notebook 03. The atomic scatter-add of this notebook is
 # version 1 of llm.c's `dev/cuda/encoder_backward.cu`, the simple starting point (fp32 `atomicAdd`).
 #
-# On bf16 atomics, check the hardware before trusting the word "atomic" (`sm_XY` names a GPU generation by its
-# compute capability X.Y: sm_90 is Hopper, the H100 and H200; sm_80 the A100; sm_75 a T4): `atomicAdd` on
-# `__nv_bfloat162` is a single native instruction only from **sm_90** on: `cuda_bf16.hpp` emits
-# `atom.add.noftz.bf16x2` under `NV_PROVIDES_SM_90`. Below sm_90 the header's `atomicAdd` is a
-# compare-and-swap loop on the 32-bit word (read the pair, add, write it back only if nobody changed it
-# meanwhile, else try again). CUDA 12.2 and newer, 13 included, provide that function on every
-# architecture; CUDA 12.0 and 12.1 only from sm_80. So `kernels/encoder_backward_atomic.cu` writes the
-# same loop itself below sm_80 (a T4 is sm_75): equivalent to the header's, needed only with those older
-# toolkits. The loop is just as correct, only slower under contention, and it rounds after every add
-# exactly as the native instruction does.
-#
 # The next notebook removes the atomics altogether and gets the same bits on every run, and on both
 # backends.
 #
@@ -412,11 +417,11 @@ def rows_that_can_differ(inp, V):
 done = exercises.check_rows_that_can_differ(rows_that_can_differ, xp=xp)
 
 # %% [markdown]
-# **After the exercise: two adds into zero, and three.** Starting from zero, a row that receives two adds
-# `a` and `b` ends as `(0 + a) + b` or `(0 + b) + a`. `0 + a` is exactly `a`, and fp32 addition is
-# commutative (`a + b` and `b + a` round the same exact sum), so both orders give the same bits. With three
-# adds the orders group differently, `(a + b) + c` against `(b + c) + a`, and as in "Float addition is not
-# associative" those can round differently. The same numbers as there, added into zero:
+# **After the exercise: two adds into zero, and three.** Starting from zero, a row that receives two adds `a` and `b`
+# ends as `(0 + a) + b` or `(0 + b) + a`. `0 + a` is exactly `a` (for every `a` but −0, which it makes +0, an equal
+# value), and fp32 addition is commutative (`a + b` and `b + a` round the same exact sum), so both orders give the same
+# bits. With three adds the orders group differently, `(a + b) + c` against `(b + c) + a`, and as in "Float addition is
+# not associative" those can round differently. The same numbers as there, added into zero:
 
 # %%
 terms = {"a": a, "b": b, "c": c}  # 1, 2^-24 and 2^-24, from "Float addition is not associative"

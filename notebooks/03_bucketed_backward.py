@@ -139,6 +139,12 @@ print("per-thread Python == NumPy mirror, bit for bit:", compare.bitwise_equal(d
 # batches, a cooperative kernel for the largest (notebook 06 shows them). All give the same table, in the
 # same order.
 #
+# **Why on the GPU, when llm.c builds it on the host?** llm.c's training loop already holds the ids on the host
+# (its `encoder_backward` takes `inputs_cpu`), and it launches the wpe kernel first, so the GPU works on `dwpe`
+# while the CPU builds the table: the host work costs no copy and is partly hidden. A CuPy caller here has the
+# ids on the GPU only. Copying them to the host would wait behind the wpe kernel, which loses the overlap, and the
+# host work would then stand alone in the call, milliseconds at large batches (notebook 05 measures it).
+#
 # **Step 1: the key.** Position `bt = b·T + t` carries token `inp[b, t]`; the token is the key.
 
 # %%
@@ -216,8 +222,8 @@ ax = plots.bucket_rank_size({kind: t.sizes[t.c_groups == 0] for kind, t in table
                             title="B=8, T=1024: bucket size by rank")
 
 # %% [markdown]
-# *Figure: log-log bucket size against rank: uniform ids nearly flat at 1 to 3, Zipf and real ids falling in a
-# straight line from hundreds of positions.*
+# *Figure: log-log bucket size against rank: uniform ids nearly flat at 1 to 4, Zipf and real ids falling in a
+# straight line from hundreds or a thousand positions.*
 #
 # Uniform ids give thousands of tiny buckets. Text follows a power law (a straight line on log-log
 # axes): a few tokens (in the real sample `"\n"`, `" "` and `","`) fill buckets of hundreds of positions,
@@ -261,8 +267,9 @@ for name, run in toy_runs.items():
 # scheduling is never worse than 4/3 of the best possible schedule; an arbitrary order can take almost
 # twice as long.)
 #
-# At the scale of an H100 or H200 (132 SMs, 8 blocks of 256 threads each = 1056 slots) and one GPT-2
-# micro-batch, the cost has to be closer to the kernel (section 5). A bucket's **items** are its positions `bt`,
+# At the scale of an H100 or H200 (132 SMs, 8 blocks of 256 threads each = 1056 slots, the most an SM's 2048
+# threads allow; the kernel llm.c launches, one block per bucket, is modelled) and one GPT-2 micro-batch, the cost
+# has to be closer to the kernel (section 5). A bucket's **items** are its positions `bt`,
 # one row of dout each; the **8 warps of a block share its bucket**, one item per warp per round, so a bucket of
 # `size` items takes `ceil(size / 8)` rounds (1 to 8 items: one round), plus a fixed start-up (read the table
 # entry, load and store `dwte`, round), here 0 or 2 rounds.
@@ -279,8 +286,9 @@ for per_block in (0, 2):
               f"largest block {runs['table'].costs.max():4.0f}; {ratios}")
 
 # %% [markdown]
-# Largest first reaches the bound, the other orders pay up to a quarter more for a tail. With uniform ids
-# order hardly matters: every bucket is one round. The model also shows where the time goes with text
+# With Zipf and real ids largest first reaches the bound, and the other orders pay up to a quarter more for a tail.
+# With uniform ids order hardly matters: every bucket is one round, and every order ends a few percent above the
+# bound. The model also shows where the time goes with text
 # (Zipf and real ids): the lower bound is the **largest block itself**, longer than all the other work
 # spread over the 1056 slots. However cleverly the blocks are ordered, one block summing the most frequent
 # token sets the kernel's time. That is what the package's `method="chunked"` kernel changes: it cuts a
@@ -292,8 +300,17 @@ for per_block in (0, 2):
 # pack) of the bucket's channel group. Warp `w` adds items `w, w + 8, w + 16, …` of the bucket, so the
 # 8 warps share the positions; then warp 0 adds the partial sums of warps 1, 2, …, 7 in that order
 # (through shared memory), adds the old `dwte` value and rounds once. Every sum has a fixed order. A bucket
-# with fewer than 8 items keeps only that many warps busy: the others leave at once, and the busy ones meet
-# at a barrier that counts only them (section 7 says why that matters).
+# with fewer than 8 items keeps only that many warps busy.
+#
+# Warp 0 must not read the partial sums before the other warps wrote them: a **barrier** stands between. The
+# notebook meets it in three forms, all giving the same sums:
+#
+# * **your build-it and the package's per-thread form**: every warp, busy or not, waits at one barrier for the
+#   whole block, the simplest correct form;
+# * **the package's CUDA kernel**: warps without an item leave at once (their slot goes to the next block), and
+#   the busy ones meet at a *named* barrier that counts only them;
+# * **llm.c's kernel**: every warp but warp 0 writes its sum and returns, and warp 0 waits alone at
+#   `__syncthreads()`, counting on exited threads to release it (section 7 says where that rule is written).
 #
 # The rounding to bf16 is stochastic (notebook 04), and its random numbers are keyed by the **element**
 # `(token, channel)` and the seed, not by the block or the thread, so the order in which blocks run
@@ -458,11 +475,21 @@ print("shuffled bucket order, same dwte bits:", compare.bitwise_equal(on.dwte, r
 # Compare this with notebook 02: the atomic kernel's bits changed from run to run, these never do, and
 # the GPU and the CPU mirror agree to the last bit.
 #
+# **And llm.c's bits?** `method="bucketed"` adds each element's terms in llm.c's order: the same items per warp,
+# the warps combined in the same order. A comparison harness kept outside the repository ran llm.c's kernels
+# (llm.c commit `f1e2ace6`) and the package's on the same inputs (H200, B = 64, uniform and Zipf ids;
+# `docs/experiments.md`, "Against llm.c"). Every value of llm.c's `dwpe` and `dwte` was one of the two bf16
+# neighbours of the package's fp32 sum, as equal fp32 sums give. So the two differ only where their rounding noise
+# differs, by at most 1 bf16 ULP: llm.c keys the noise by thread, block and bucket index, the package by element
+# (section 7, item 1). They cannot be equal bit for bit without llm.c's keys. Only the bucketed method can match
+# llm.c this closely: `method="chunked"` (notebook 06) adds in another order, so its fp32 sums may differ from
+# llm.c's in the last bits as well.
+#
 # ## 7. (optional) llm.c does it this way
 #
 # The scheme is llm.c's: `wte_backward_kernel`, `wpe_backward_kernel` and `encoder_backward` in
 # [`llmc/encoder.cuh`](https://github.com/karpathy/llm.c/blob/master/llmc/encoder.cuh). The package differs
-# in seven places; each has a consequence.
+# in six places; each has a consequence.
 #
 # 1. **What keys the rounding noise.** llm.c draws each element's threshold from
 #    `Get2dNoiseUint(threadIdx.x, blockIdx.x * blockDim.x + blockIdx.y, seed + bucket * WARP_SIZE +
@@ -488,29 +515,24 @@ print("shuffled bucket order, same dwte bits:", compare.bitwise_equal(on.dwte, r
 #    64-bit word packing `bt`, the channel group and the token; it copies B·T·(C/256) such entries. Here the
 #    channel groups of a token share **one** list of positions (`bt_list` has B·T entries): a third of the
 #    table for C = 768.
-# 4. **Overlap.** llm.c launches the wpe kernel **first**, so the GPU works on `dwpe` while the CPU builds
-#    the buckets. The package's CPU route queues the wpe kernel first too, but with CuPy ids it must then
-#    copy the ids to the host, and that copy waits behind the wpe kernel: the overlap is lost. The GPU route
-#    runs the wpe kernel beside the bucketing and the wte kernel, on two streams, with no host work at all,
-#    on a share of the SMs only while the table is built (the loop over packs above).
-# 5. **The ids on the host.** llm.c's `encoder_backward` takes `inputs_cpu`: the training loop already holds
-#    the ids on the host, so its bucketing costs no device-to-host copy. A CuPy caller here has the ids on the
-#    GPU only, which is why the GPU-built table (notebook 06) matters.
-# 6. **Streaming loads**: both read `dout` with `load128cs` (each pack is read by one bucket only).
-# 7. **Who sums a small bucket.** llm.c gives every bucket a block. The package launches the warps form (section
+# 4. **Where the table is built, and the overlap.** llm.c builds it on the host while its wpe kernel runs
+#    (section 2 says why that suits llm.c and not a CuPy caller). The package's CPU route queues the wpe kernel
+#    first too, but its copy of the ids to the host waits behind it. The GPU route runs the wpe kernel beside the
+#    bucketing and the wte kernel, on two streams, with no host work at all, on a share of the SMs only while the
+#    table is built (the loop over packs above).
+# 5. **Who sums a small bucket.** llm.c gives every bucket a block. The package launches the warps form (section
 #    5): one warp per bucket of at most 8 items, 8 such buckets per block of 8 warps, so an eighth as many blocks.
 #    The sums and the bits are the same; on uniform ids, where almost every bucket is tiny, the kernel takes about
 #    half the time.
 #
-# What follows, from a comparison on the same inputs (H200, llm.c commit `f1e2ace6`, B = 64, uniform and Zipf
-# ids): `method="bucketed"`, the package's method with **llm.c's summation order** (the same items per warp,
-# the warps combined in the same order), gives `dwpe` and `dwte` that differ from llm.c's **only through the
-# rounding keys**: each element is one of the two stochastic-rounding neighbours of the same fp32 sum, so
-# the two are at most 1 bf16 ULP apart. (`method="chunked"`, notebook 06, adds in another order, so its fp32
-# sums may differ from llm.c's in the last bits as well.) The notebooks show no llm.c timings: no recorded
-# llm.c run is kept for a cell to read them from (`docs/experiments.md`, "Against llm.c", describes the
-# comparisons made and when). Most of llm.c's backward time is its host bucketing (the hash map over
-# B·T·(C/256) entries, a sort, two copies), the step that notebook 06 moves to the GPU.
+# One thing is the same: both read `dout` with `load128cs`, a streaming load, since each pack is read by one
+# bucket only.
+#
+# No cell draws llm.c's timings: no recorded llm.c run is kept for a cell to read them from. `docs/experiments.md`,
+# "Against llm.c", lists the comparisons made and when. In the one on an H100 (2026-12-05, B = 64) llm.c's whole
+# backward took 58 ms against the package's 126 µs. llm.c's GPU kernels account for well under a millisecond of
+# that (its wte kernel, the longest, took 143-452 µs at B = 64 in the H200 runs), so the rest is its host bucketing
+# (the hash map over B·T·(C/256) entries, a sort, two copies), the step that notebook 06 moves to the GPU.
 #
 # ## 8. Exercise 3: read the bucket table (core)
 #

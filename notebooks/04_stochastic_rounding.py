@@ -78,8 +78,9 @@ print(f"next bf16 above 1.0: {1 + 2**-7}")
 # ## 2. Drift: many small additions (core)
 #
 # Start at 1.0 and add 1e-4 ten thousand times; the exact answer is 2.0. Three ways of storing the running
-# value: fp32; bf16 with round-to-nearest; bf16 with stochastic rounding, which rounds **up** with
-# probability equal to how far the value lies towards the upper neighbour. On average stochastic
+# value: fp32; bf16 with round-to-nearest; bf16 with stochastic rounding, which rounds to the neighbour farther
+# from zero with probability equal to how far the value lies towards it (here all values are positive, so that is
+# rounding **up**). On average stochastic
 # rounding adds exactly what was added. Eight independent runs (eight elements) show its spread.
 
 # %%
@@ -221,12 +222,11 @@ ax = rounding_plots.round_up_probability(fractions, observed, title="1 + f * 2^-
 # * **a stream per tensor** (`dwte` 0, `dwpe` 1; a *stream* of the noise, a separate sequence of its numbers,
 #   nothing to do with CUDA streams), so that element 5 of `dwte` and element 5 of `dwpe` do not share their
 #   random numbers;
-# * **a fresh seed every step**. With a fixed seed each element keeps its threshold forever, and the
-#   rounding stops being random: an element whose threshold lies above the update's `dropped` bits never
-#   rounds up (stuck, like round-to-nearest), one whose threshold lies below always rounds up (a full
-#   bf16 step for every small update). With updates of a quarter of a bf16 step (2⁻⁹), about a quarter
-#   of the elements run away (until the bf16 steps outgrow the update), the rest never move. The mean
-#   is biased either way:
+# * **a fresh seed every step**. With a fixed seed each element keeps its threshold forever, and the rounding stops
+#   being random: an element whose threshold lies above the update's `dropped` bits never rounds up (stuck, like
+#   round-to-nearest), one whose threshold lies below always rounds up (a full bf16 step for every small update). With
+#   updates of a quarter of a bf16 step (2⁻⁹), each element runs away with probability one quarter (3 of the 8 below;
+#   until the bf16 steps outgrow the update), and the rest never move. The mean is biased either way:
 
 # %%
 quarter, steps_q = np.float32(2.0**-9), 512
@@ -269,10 +269,9 @@ print("  the same seed        :", fixed[:, -1].astype(np.float64).tolist())
 # * a CPU mirror would have to replay the launch to draw the same numbers.
 #
 # Keyed by `(element, tensor, seed)`, none of this arises: every kernel variant, any table order and the
-# NumPy mirror round each element with the same threshold. Compared with llm.c on the same inputs (H200,
-# llm.c commit `f1e2ace6`), `method="bucketed"`, the package's method that sums in llm.c's order (notebook
-# 03), gives `dwte` and `dwpe` that differ from llm.c's by at most 1 ULP: each element is one of the two bf16
-# neighbours of the same fp32 sum, and only the noise that picks the neighbour differs.
+# NumPy mirror round each element with the same threshold. The price is llm.c's exact bits: `method="bucketed"`
+# sums in llm.c's order, yet its result differs from llm.c's by up to 1 ULP wherever the two noises pick different
+# neighbours of the same fp32 sum (notebook 03, section 6, has the comparison).
 #
 # ## 7. Through the real kernels (core)
 #
@@ -364,8 +363,10 @@ for dtype in (enc.bfloat16, np.float32):
 
 # %% [markdown]
 # This is the lesson of stochastic rounding in one table: with bf16 storage, only the stochastically rounded
-# methods keep gradient accumulation working for updates below half an ULP. (With one position per call the
-# atomic methods have nothing to reorder here: their stall is exact to the bit, on both backends.)
+# methods keep gradient accumulation working for updates below half an ULP. (With one position per call no
+# method has anything to reorder: each call makes the same single fp32 add, old value + 1e-3. So the atomic
+# methods' stall is exact to the bit, on both backends, and the `bucketed` and `chunked` rows are identical: the
+# same sum, rounded with the same element-keyed threshold.)
 # `tests/test_bounds.py` asserts the same on both backends, and `docs/reliability.md` states the drift per
 # method.
 #

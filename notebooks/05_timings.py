@@ -16,14 +16,13 @@
 # %% [markdown]
 # # 05 · Timings: how fast are the encoder kernels, and how far from the memory floor?
 #
-# **Goal.** Put numbers on the kernels of notebooks 01-04: the forward, the atomic backward (nondeterministic,
-# and for all its simplicity not the fast one: section 7 says why) and the deterministic backward (llm.c's
-# bucketed kernel with the bucket table built on the CPU, as in llm.c, or on the GPU; and the chunked kernel of
-# notebook 06, which cuts a frequent token's positions into chunks of 32 and sums each on its own; a *unit* is
-# one chunk of one token), next to PyTorch's embedding, at GPT-2
-# (124M) sizes: T=1024, C=768, V=50257, bf16, batch sizes 1 to 64, for uniform, Zipf and real token ids.
-# And say how good a time is by comparing it with a *floor*: the time a plain device-to-device copy would
-# need to move the bytes the operation cannot avoid moving.
+# **Goal.** Put numbers on the kernels of notebooks 01-04: the forward, the atomic backward (nondeterministic, with fp32
+# accumulation faster than PyTorch's, yet far from its own floor: section 7 says why) and the deterministic backward
+# (llm.c's scheme, the package's bucketed kernel, with the bucket table built on the CPU, as in llm.c, or on the GPU;
+# and the chunked kernel of notebook 06, which cuts a frequent token's positions into chunks of 32 and sums each on its
+# own; a *unit* is one chunk of one token), next to PyTorch's embedding, at GPT-2 (124M) sizes: T=1024, C=768, V=50257,
+# bf16, batch sizes 1 to 64, for uniform, Zipf and real token ids. And say how good a time is by comparing it with a
+# *floor*: the time a plain device-to-device copy would need to move the bytes the operation cannot avoid moving.
 #
 # The measurements come from `python -m gpt2enc_edu.bench`. The full sweep (B = 1, 4, 8, 16, 32 and 64, three
 # kinds of ids) committed in `docs/bench/` is drawn on every machine, and says so; on a GPU this notebook also runs
@@ -72,7 +71,7 @@ print(enc.gpu_status())
 # ## 1. What is timed, and what the floor is (core)
 #
 # Each *case* is a named function in `gpt2enc_edu/bench/cases.py` that prepares one call; the timer then runs
-# it many times. Before every repeat the timer writes a buffer twice the size of the GPU's L2 cache, so
+# it many times. Before every repeat the timer writes a buffer at least twice the size of the GPU's L2 cache, so
 # the inputs come from HBM (the GPU's main memory) as they would in training, and queues a short spin kernel so
 # that the CUDA events (timestamps the GPU itself records between two kernels) time the GPU's work rather than
 # Python's launch overhead. The plots draw the median; the 10th and 90th percentiles are beside it in
@@ -208,12 +207,14 @@ if live_rows:
 #
 # Toward small B the floor falls almost in proportion to B (less at the smallest B, where the T wpe rows and one
 # sequence's distinct rows are a fixed share); the measured lines do not follow it down. At B=1 the minimal bytes are
-# the few megabytes of section 1, a few microseconds of copying, but a call still pays its launches, its sort of the
-# ids (the bucket table's chain of short steps, or, at B=1, the sort of the ids that every block of the chunked
-# method's one-launch kernel does for itself; notebook 06 section 8), and for the CPU route the host round trip: those
-# **fixed costs** set the time at small B. The last panel answers a second question, what the bucket table costs where
-# it is built: the CPU route (the ids to the host, `make_buckets` in NumPy, the table back) takes milliseconds, the
-# GPU table alone tens of microseconds, which is why the package builds the table on the GPU for CuPy arrays.
+# the few megabytes of section 1, a few microseconds of copying, but a call still pays its launches, its sort of the ids
+# (the bucket table's chain of short steps, or, at B=1, the sort of the ids that every block of the chunked method's
+# one-launch kernel does for itself; notebook 06 section 8), and for the CPU route the host round trip: those **fixed
+# costs** set the time at small B. The last panel answers a second question, what the bucket table costs where it is
+# built: the CPU route (the ids to the host, `make_buckets` in NumPy, the table back) takes about half a millisecond
+# for one sequence and milliseconds for many, the GPU table
+# alone microseconds (under ten for one sequence, a few tens at B = 64), which is why the package builds the table on
+# the GPU for CuPy arrays.
 #
 # ### How close to a copy does each operation get, and from which B on?
 #
@@ -231,7 +232,7 @@ if rows:
 #
 # ## 4. Why the forward stops short of its floor (core)
 #
-# The forward is the best of the kernels by this measure, and it still levels off well below 100 % at large B.
+# The forward gets closer to its floor than any whole backward, and it still levels off well below 100 % at large B.
 # First what its minimal bytes are made of, at B=64, from the committed run:
 
 # %%
@@ -253,16 +254,19 @@ if rows:
 # **gathers**: each thread first waits for its ids, then for rows of 1.5 KB at addresses the ids pick, and only
 # then stores.
 #
-# *Measured* (`docs/experiments.md`, section "Forward", B=64):
+# *Measured* (`docs/experiments.md`, section "Forward", B=64). Each share below is of the copy rate of the card
+# it was measured on; compare shares within one card only.
 #
-# * Writing alone is not the limit: a memset of the output's bytes, and a kernel that only stores with the
-#   forward's thread map, run at 93 % of the copy rate (H200).
-# * The forward with **every id equal**, which writes the same output but reads almost nothing (one `wte` row, from
-#   cache), shows the ceiling of this kernel's own mix: about three quarters of the copy rate on the H200 (it moved
-#   its bytes at 3.15 TB/s), 91 % on an H100. So even a perfect gather would not reach 100 % of this floor: read
-#   the forward's shares above against the ceiling of the card the committed run used (its name is printed in
-#   section 3). The gap splits in two: from 100 % down to that ceiling is the cost of the write-heavy mix itself;
-#   from the ceiling down to the forward's share is what the gathers cost.
+# * On the **H100**, the committed run's card (section 3 prints it): the forward with **every id equal**, which
+#   writes the same output but reads almost nothing (one `wte` row, from cache), ran at 91 % of the copy rate,
+#   and the package's forward at 73 / 79 % (uniform / Zipf) in the same run. That is the ceiling of this kernel's
+#   own mix: even a perfect gather would not reach 100 % of this floor. The gap splits in two: from 100 % down to
+#   that ceiling is the cost of the write-heavy mix itself; from the ceiling down to the forward's share is what the
+#   gathers cost.
+# * On the **H200** (a copy rate of about 4.2 TB/s): writing alone is not the limit there, since a memset of the
+#   output's bytes and a kernel that only stores with the forward's thread map both ran at 93 % of the copy rate.
+#   The all-equal forward moved its bytes at 3.15 TB/s, about three quarters, and the package's forward came within
+#   a few points of that ceiling. No memset figure from the H100 is committed.
 # * On uniform ids Nsight Compute (NVIDIA's kernel profiler) counts more bytes read from DRAM than the distinct rows
 #   hold (rows evicted from L2 between two uses are read twice). Other thread maps, cache hints, and maps that
 #   keep loads and stores in flight together gained at most a microsecond or two.
@@ -339,14 +343,15 @@ for kind in ("uniform", "zipf"):
 # * The **forward** gathers a row per position and adds a position row: pure memory traffic, mostly writes,
 #   so its percent of floor says how close a gather beside a write stream gets to the copy rate (section 4;
 #   notebook 01 times its three versions).
-# * The **atomic backward** with fp32 accumulation widens the `dwte` rows the batch touches to fp32, adds
-#   there and rounds them back: three kernels; bf16 atomics need one, but round at every add (notebook 02)
-#   and depend on the order of the adds. Neither is fast at large B, although each reads dout only once: an
-#   atomic is a read-modify-write that the L2 cache carries out for one address at a time, so the adds into one
-#   row queue behind each other (every occurrence of a frequent token, every sequence at one position), and on
-#   uniform ids the fp32 rows of a large batch's many distinct tokens are more than L2 holds at once. (Inferred
-#   from how atomics work and from the plots, where uniform ids, which queue least, come closest to the floor;
-#   no profile of the atomic kernels is committed.)
+# * The **atomic backward** with fp32 accumulation widens the `dwte` rows the batch touches to fp32, adds there and
+#   rounds them back: three kernels; bf16 atomics need one, but round at every add (notebook 02) and depend on the order
+#   of the adds. Both are fast next to PyTorch (in section 3's plot the fp32 route beats PyTorch's nondeterministic
+#   backward at every B; bf16 atomics fall behind it on skewed ids at the largest B) and slow next to their floor,
+#   although each reads dout only once: an atomic is a read-modify-write that the L2 cache carries out for one address
+#   at a time, so the adds into one row queue behind each other (every occurrence of a frequent token, every sequence at
+#   one position), and on uniform ids the fp32 rows of a large batch's many distinct tokens are more than L2 holds at
+#   once. (Inferred from how atomics work and from the plots, where uniform ids, which queue least, come closest to the
+#   floor; no profile of the atomic kernels is committed.)
 # * The **deterministic backward with CPU bucketing** includes the ids' trip to the host, the NumPy table
 #   and its trip back: at large B that host work, not the GPU, sets the time. The **GPU bucketing** route
 #   removes the host round trip; the **chunked** kernel splits long buckets (frequent tokens) into

@@ -84,10 +84,11 @@ from gpt2enc_edu.problems import random_problem
 # %% [markdown]
 # ## 1. What was slow (core)
 #
-# Notebook 03's bucketed kernel gives each bucket (token × channel group) one block of 8 warps. Its time is
-# set by the **largest** bucket: with real text, one block sums the hundreds of positions of `"\n"` or `" "`
-# in `ceil(size / 8)` rounds while the rest of the GPU has long finished. And llm.c builds the table on the
-# host: the ids go to the CPU, a hash map and a sort run there, the table comes back.
+# Notebook 03's bucketed kernel gives each bucket (token × channel group) one block of 8 warps (the package's form gives
+# a bucket of at most 8 items one warp instead, and a bigger bucket still a block). Its time is set by the **largest**
+# bucket: with real text, one block sums the hundreds of positions of `"\n"` or `" "` in `ceil(size / 8)` rounds while
+# the rest of the GPU has long finished. And llm.c builds the table on the host, from the ids its training loop already
+# holds there: a hash map and a sort, then the table is copied to the GPU.
 #
 # One GPT-2 micro-batch of real text, in numbers:
 
@@ -125,7 +126,7 @@ print(f"chunked: {table.num_units} units of at most {layout.CHUNK_ITEMS} positio
 groups = layout.num_c_groups(C, enc.bfloat16)
 print(f"C={C}, bf16: {groups} channel groups of {layout.c_per_group(enc.bfloat16)} channels")
 print(f"this batch: {table.num_units} units -> {table.num_units * groups} warps of the chunk kernel; "
-      f"{table.num_buckets} buckets -> {table.num_buckets * layout.WTE_WARPS} warps of the bucketed kernel")
+      f"{table.num_buckets} buckets -> {table.num_buckets * layout.WTE_WARPS} warps of llm.c's bucketed kernel")
 
 # %% [markdown]
 # ### Which tokens need several chunks?
@@ -258,11 +259,11 @@ print(f"{small_table.num_units} units ({int((small_table.sizes[small_table.c_gro
 # * **The warps.** One warp per (unit, channel group); `blockIdx.y` is the channel group. Lane `l` first loads the
 #   position of item `l` of the chunk, and the warp then passes positions around with `__shfl_sync`: no block
 #   barrier.
-# * **Two forms of the chunk kernel**, one `chunk_warp` template apart, adding the same rows in the same order:
-#   rows read one at a time into registers, or 8 at a time into the warp's own region of shared memory with
-#   `cp.async` (more rows in flight without the registers to hold them). The package takes the second where the
-#   grid is one wave, all its blocks on the SMs at once: at GPT-2 shapes on a GPU of 132 SMs (an H100 SXM or an
-#   H200), up to two sequences.
+# * **Two forms of the chunk kernel**, one `chunk_warp` template apart, adding the same rows in the same order: rows
+#   read one at a time into registers, or 8 at a time into the warp's own region of shared memory with `cp.async` (more
+#   rows in flight without the registers to hold them). The package takes the second where the grid is one *wave* (all
+#   its blocks fit on the SMs at once, so none waits for another to finish): at GPT-2 shapes on a GPU of 132 SMs (an
+#   H100 SXM or an H200), up to two sequences.
 # * **The combine kernel.** The whole block copies its slice of a token's partials into shared memory, two stages
 #   in flight, then adds them in chunk order, one thread per column.
 
@@ -485,14 +486,14 @@ fig = timing_plots.bucketing_phases(phases)
 # (whose block 0 ranks the big tokens), and none of them waits for the whole grid. Either is tens of microseconds,
 # against milliseconds for the host route (notebook 05).
 #
-# **Why the benchmark's B = 1 table takes longer than the whole bar above.** The two measure different things. The
-# phase plot times 20 launches captured back to back in one CUDA graph, with the ids and the workspace already in
-# L2, and divides by 20: each launch starts while the one before drains, so this is the kernel's own work. The
-# benchmark (`gpu_buckets` in `docs/bench/`, `bench/cases.py`) times **one** call the way a training step makes it:
-# CUDA events around it, after a write of twice the L2 size has evicted the inputs, so it also pays a lone launch's
-# start and drain and its first reads from HBM. The cell prints both: the phases as the figure has them (on a GPU
-# measured now, on a CPU the committed ones: the line above the figure says which, and names the card) and the
-# bench's line with its card. Compare the two where the card is the same:
+# **Why the benchmark's B = 1 table takes longer than the whole bar above.** The two measure different things. The phase
+# plot times 20 launches captured back to back in one CUDA graph, with the ids and the workspace already in L2, and
+# divides by 20: each launch starts while the one before drains, so this is the kernel's own work. The benchmark
+# (`gpu_buckets` in `docs/bench/`, `bench/cases.py`) times **one** call the way a training step makes it: CUDA events
+# around it, after a write of at least twice the L2 size has evicted the inputs, so it also pays a lone launch's start
+# and drain and its first reads from HBM. The cell prints both: the phases as the figure has them (on a GPU measured
+# now, on a CPU the committed ones: the line above the figure says which, and names the card) and the bench's line with
+# its card. Compare the two where the card is the same:
 
 # %%
 try:
@@ -510,8 +511,8 @@ if bench_b1:
 
 # %% [markdown]
 # Most of the difference is what the bench's timer adds to any call: `docs/experiments.md` ("What a timed call
-# holds besides the kernels") times a kernel of one thread the bench's way: 2.9 µs on the card that entry names,
-# of the order of the gap between the two lines above; the cold reads of the ids add a little (the
+# holds besides the kernels") times a kernel of one thread the bench's way: 2.9 µs on an H200 (no H100 figure is
+# committed), of the order of the gap between the two lines above; the cold reads of the ids add a little (the
 # same section times the table with and without the flush).
 #
 # ## 7. Skew against measured time (core)
@@ -565,7 +566,10 @@ if present:
 # of ids come together: each of the top token's chunks is a unit of its own, with 3 warps, and no warp sums more
 # than 32 positions, so the skewed batches cost about what the uniform one does. Still, the whole chunked backward
 # stays above its memory floor by the ratio printed above; what holds it there, we infer (it has not been
-# profiled), is the table's chain of short steps and the wte kernels' scattered row reads, not the bytes. At small
+# profiled), is the table's chain of short steps and the wte kernels' scattered row reads, not the bytes. The
+# skewed kinds sit farther above their floor than the uniform one for the same reason, also inferred: fewer
+# distinct tokens make their floor smaller (fewer `dwte` rows to read and write), while those costs, and the
+# combine kernel that only tokens of several chunks need, do not shrink with it. At small
 # B every line flattens: there the fixed costs (kernel launches, the bucket table's
 # chain of short steps of section 6) dominate, not the bytes moved, which is also why no kernel gets near its memory
 # floor there (notebook 05).

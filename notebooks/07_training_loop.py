@@ -303,7 +303,10 @@ else:
 # the GPU one small kernel, on the CPU a NumPy comparison). The variants are timed in turn, each repeat running
 # each once, so the rows compare with each other. At this size every row is mostly host time: our methods' GPU
 # work differs by a few tens of microseconds (notebook 05), less than the host's time moves from run to run, so
-# our rows come out close together and in no fixed order.
+# our deterministic rows come out close together and in no fixed order. The `atomic` row can stand apart: on
+# bf16 its fp32 rows take a new stamp every call, so the adapter cannot replay the launches it recorded for the
+# shape (`gpt2enc_edu.plans`) and each call takes the full Python path for its three kernels. That this is what
+# its extra time is made of is inferred, not profiled.
 
 # %%
 if torch is None:
@@ -328,7 +331,10 @@ else:
 # named; the cell above ran on this machine). The benchmark's step rows and the cell above time the same step, but
 # in two processes at two moments, and often on two machines: host times differ between two processes by tens of
 # percent, and between two hosts by several times (compare the cell above with the bench's rows): compare rows within
-# one of them, not across.
+# one of them, not across. Even the order of rows can differ between hosts: a slower host weighs the adapter's
+# Python more than `nn.Embedding`'s C++. On a second H100 host (`docs/experiments.md`, "A second host's step
+# timings") the adapter's eager step at B = 8 was still shorter than `nn.Embedding`'s deterministic one for every
+# kind of ids, but no longer shorter than the non-deterministic one, as the cell above may find too.
 
 # %%
 from gpt2enc_edu import bench
@@ -361,8 +367,9 @@ if steps:
 # the GPU's work, and what the step pays is the kernels' GPU time, where ours are the faster. A CUDA graph of the
 # step takes the Python out altogether: `adapter_step_graph` above is a replay of one, host-timed, against
 # `adapter_step`, the same step eager. A replay rounds with the seed drawn when the graph was captured, the same
-# seed at every step, which is the fixed seed of notebook 04 section 5: capture again to draw a new one
-# (`docs/torch.md`, "Seeds").
+# seed at every step, which is the fixed seed of notebook 04 section 5: over many replays its rounding errors add
+# up where fresh seeds would average them out. Capture again to draw a new seed (`docs/torch.md`, "Seeds"); how
+# often is a trade between a capture's cost and that drift, which this course does not measure.
 #
 # ### The step compiled (optional)
 #
