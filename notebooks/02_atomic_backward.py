@@ -259,15 +259,14 @@ for method, (first, second) in runs16.items():
 # %% [markdown]
 # ### Why the fp32 route was slow, and what made it fast (core)
 #
-# fp32 atomics need fp32 targets, and bf16 gradients are not fp32. The route's first form converted the whole of
-# `dwte` to fp32 before the adds and back after them: all V × C elements read and written twice, however few rows
-# the batch touched. At small batches that is far more traffic than the adds themselves: at B = 1 the route took
-# 390 µs, 19 times PyTorch's `index_add_` plus the sum for `dwpe` (`docs/experiments.md`, "Atomic baselines", H200,
-# 2026-12-02). Now a
-# *widen* kernel copies to fp32 only the rows of the tokens the batch uses (a per-token stamp lets the first
-# warp that meets a token claim its row, so each row is copied once), and a *narrow* kernel rounds those rows
-# back to bf16 once after the adds: 21-25 µs at B = 1 in the same measurement, at most 1.21 times that. The
-# bytes of both designs for this batch, at GPT-2's vocabulary:
+# fp32 atomics need fp32 targets, and bf16 gradients are not fp32. The route's first form converted the whole of `dwte`
+# to fp32 before the adds and back after them: all V × C elements read and written twice, however few rows the batch
+# touched. At small batches that is far more traffic than the adds themselves: at B = 1 the route took 390 µs, 19 times
+# PyTorch's `index_add_` plus the sum for `dwpe` (`docs/experiments.md`, "Atomic baselines", H200, 2026-12-02). Now a
+# *widen* kernel copies to fp32 only the rows of the tokens the batch uses (a per-token stamp lets the first warp that
+# meets a token claim its row, so each row is copied once), and a *narrow* kernel rounds those rows back to bf16 once
+# after the adds: 21-25 µs at B = 1 in the same measurement, at most 1.21 times PyTorch's `index_add_` plus the `dwpe`
+# sum. The bytes of both designs for this batch, at GPT-2's vocabulary:
 
 # %%
 V_gpt2, per_element = 50257, 2 + 4 + 4 + 2  # widen: read bf16, write fp32; narrow: read fp32, write bf16

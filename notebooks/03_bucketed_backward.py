@@ -489,7 +489,7 @@ print("shuffled bucket order, same dwte bits:", compare.bitwise_equal(on.dwte, r
 #
 # The scheme is llm.c's: `wte_backward_kernel`, `wpe_backward_kernel` and `encoder_backward` in
 # [`llmc/encoder.cuh`](https://github.com/karpathy/llm.c/blob/master/llmc/encoder.cuh). The package differs
-# in six places; each has a consequence.
+# in five places; each has a consequence.
 #
 # 1. **What keys the rounding noise.** llm.c draws each element's threshold from
 #    `Get2dNoiseUint(threadIdx.x, blockIdx.x * blockDim.x + blockIdx.y, seed + bucket * WARP_SIZE +
@@ -530,9 +530,10 @@ print("shuffled bucket order, same dwte bits:", compare.bitwise_equal(on.dwte, r
 #
 # No cell draws llm.c's timings: no recorded llm.c run is kept for a cell to read them from. `docs/experiments.md`,
 # "Against llm.c", lists the comparisons made and when. In the one on an H100 (2026-12-05, B = 64) llm.c's whole
-# backward took 58 ms against the package's 126 µs. llm.c's GPU kernels account for well under a millisecond of
-# that (its wte kernel, the longest, took 143-452 µs at B = 64 in the H200 runs), so the rest is its host bucketing
-# (the hash map over B·T·(C/256) entries, a sort, two copies), the step that notebook 06 moves to the GPU.
+# backward took 58 ms, the package's whole backward with its table built on the GPU 126 µs. llm.c's GPU kernels account
+# for well under a millisecond of that (its wte kernel, the longest, took 143-452 µs at B = 64 in the H200 runs), so the
+# rest is its host bucketing (the hash map over B·T·(C/256) entries, a sort, two copies), the step that notebook 06
+# moves to the GPU.
 #
 # ## 8. Exercise 3: read the bucket table (core)
 #

@@ -259,7 +259,7 @@ if rows:
 #
 # * On the **H100**, the committed run's card (section 3 prints it): the forward with **every id equal**, which
 #   writes the same output but reads almost nothing (one `wte` row, from cache), ran at 91 % of the copy rate,
-#   and the package's forward at 73 / 79 % (uniform / Zipf) in the same run. That is the ceiling of this kernel's
+#   and the package's forward in the same run at about the shares printed above. That is the ceiling of this kernel's
 #   own mix: even a perfect gather would not reach 100 % of this floor. The gap splits in two: from 100 % down to
 #   that ceiling is the cost of the write-heavy mix itself; from the ceiling down to the forward's share is what the
 #   gathers cost.

@@ -216,13 +216,15 @@ else:
 #
 # ## 5. PyTorch's `nn.Embedding`, with and without `torch.use_deterministic_algorithms(True)` (core)
 #
-# The same model with `nn.Embedding` for tokens and positions (same initial weights: the same draws in the
-# same order, so step 0's loss is the same as above). The switch changes which CUDA code computes the
-# embedding's backward (`python -m gpt2enc_edu.bench` times both: at GPT-2 size the deterministic one is
-# the slower); whether two runs part is what the cell shows (without the switch PyTorch may use code whose
-# order is not fixed; two runs may still give the same bits, but nothing guarantees it). On the CPU PyTorch's
-# embedding backward is deterministic either way. Times are the median of one whole training step (the encoder is
-# a small part of it here).
+# The same model with `nn.Embedding` for tokens and positions (same initial weights: the same draws in the same order,
+# so step 0's loss is the same as above). The switch changes which CUDA code computes the embedding's backward (`python
+# -m gpt2enc_edu.bench` times both: at GPT-2 size the deterministic one is the slower); whether two runs part is what
+# the cell shows (without the switch PyTorch may use code whose order is not fixed; two runs may still give the same
+# bits, but nothing guarantees it). On the CPU PyTorch's embedding backward is deterministic either way. Times are the
+# median of one whole training step (the encoder is a small part of it here). On a GPU the step times differ little
+# between the encoders, though the README finds our kernels several times faster than PyTorch's: a step of this small
+# model is mostly host time (Python, launches), where the adapter's Python costs more than `nn.Embedding`'s C++. The
+# README's speed-ups are the GPU's work, which a large model's step pays instead. Section 7 measures both.
 
 # %%
 if torch is None:
