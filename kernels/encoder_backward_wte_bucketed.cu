@@ -66,8 +66,9 @@ extern "C" __global__ void __launch_bounds__(WTE_BLOCK_SIZE, WTE_MIN_BLOCKS)
     // They still reach the barrier below with their warp.
     bool has_channels = c < C;
 
-    // Warps without an item (a bucket of 3 items keeps warps 0..2 busy) leave now, as in llm.c: their slots
-    // go to the next blocks, which is what makes small buckets cheap. The busy warps meet at a named
+    // Warps without an item (a bucket of 3 items keeps warps 0..2 busy) leave now, as in llm.c: they issue no
+    // more instructions, but the block keeps its SM slot until its busy warps end (the warps form below is the
+    // answer to that for small buckets). The busy warps meet at a named
     // barrier that counts only them (bar.sync 1, busy_warps * 32), so no thread waits for one that left;
     // a bucket of one item needs no barrier at all. Every thread that a barrier counts reaches it.
     int busy_warps = min(WTE_WARPS, bucket_size);

@@ -144,7 +144,10 @@ done = warmups.check_warp_sum(warp_sum)
 # block sees (`cuda.shared_array("sums", 4, "float32")`, CUDA's `__shared__ float sums[4]`); then thread 0 adds the
 # four in warp order. Thread 0 reads what threads 32, 64 and 96 (lane 0 of warps 1 to 3) wrote, so a **barrier** must
 # lie between the writes and the reads: `yield cuda.syncthreads()`, CUDA's `__syncthreads()`, which every thread of
-# the block must reach. Without it the check reports a race. This is the shape of llm.c's deterministic backward
+# the block must reach. Without it the check reports a race. The shuffles of warm-up 2 needed no such barrier: a
+# shuffle waits for the lanes of its own warp, and those are all it reads from; the four warps of a block, though,
+# run independently of each other, so nothing orders one warp's write before another's read until a barrier does.
+# This is the shape of llm.c's deterministic backward
 # (notebook 03): warps sum, shared memory, a barrier, one warp combines. The spec:
 
 # %%

@@ -238,8 +238,9 @@ for seed in range(4):
 # the end: the file opens after that build-it, so that writing it is not retyping it. What to look for
 # then: the thread map of section 2; the cache hints (`load128cs` is a *streaming*, "evict first" load, for
 # data that will not be read again; plain `load128` lets the line stay in L2 (the GPU's last-level cache, in
-# front of its memory), which suits the `wpe` row every sequence reads and the frequent `wte` rows above); the
-# sum in fp32, rounded to nearest into the storage type.
+# front of its memory), which suits the `wpe` row every sequence reads; version 2 streams `wte` and caches `wpe`,
+# and version 3, the one the package launches, loads both plainly, so that a frequent token's `wte` row can stay in
+# L2 too); the sum in fp32, rounded to nearest into the storage type.
 #
 # The NumPy mirror does the same with one array row per thread (`np.arange` plays `threadIdx`) and one
 # column per element of the pack:
@@ -297,7 +298,7 @@ for name, p in problems.items():
 #
 # * **Cache hints.** llm.c loads *both* the `wte` and the `wpe` pack with `load128cs` (streaming, evict
 #   first). Version 2 here streams `wte` and caches `wpe`, which every sequence reads again; version 3
-#   loads each `wpe` pack once per thread and reuses it from registers for up to 8 sequences. Stores take
+#   loads both plainly, and each `wpe` pack once per thread, reused from registers for up to 8 sequences. Stores take
 #   hints too; version 3 stores plainly, since a streaming store measured no faster (`docs/experiments.md`).
 #   A hint cannot change a result, only where lines live in L2.
 # * **The package's fastest forward is version 3** (section 7), a different thread map; llm.c's kernel is

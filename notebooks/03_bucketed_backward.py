@@ -288,7 +288,8 @@ for per_block in (0, 2):
 # %% [markdown]
 # With Zipf and real ids largest first reaches the bound, and the other orders pay up to a quarter more for a tail.
 # With uniform ids order hardly matters: every bucket is one round, and every order ends a few percent above the
-# bound. The model also shows where the time goes with text
+# bound, because the bound spreads the work evenly over the slots (a fraction of a round more per slot), while a
+# slot can only finish whole blocks. The model also shows where the time goes with text
 # (Zipf and real ids): the lower bound is the **largest block itself**, longer than all the other work
 # spread over the 1056 slots. However cleverly the blocks are ordered, one block summing the most frequent
 # token sets the kernel's time. That is what the package's `method="chunked"` kernel changes: it cuts a
@@ -307,8 +308,9 @@ for per_block in (0, 2):
 #
 # * **your build-it and the package's per-thread form**: every warp, busy or not, waits at one barrier for the
 #   whole block, the simplest correct form;
-# * **the package's CUDA kernel**: warps without an item leave at once (their slot goes to the next block), and
-#   the busy ones meet at a *named* barrier that counts only them;
+# * **the package's CUDA kernel**: warps without an item leave at once (they issue nothing more, though the block
+#   keeps its place on the SM until its busy warps end), and the busy ones meet at a *named* barrier that counts only
+#   them;
 # * **llm.c's kernel**: every warp but warp 0 writes its sum and returns, and warp 0 waits alone at
 #   `__syncthreads()`, counting on exited threads to release it (section 7 says where that rule is written).
 #
@@ -504,12 +506,12 @@ print("shuffled bucket order, same dwte bits:", compare.bitwise_equal(on.dwte, r
 #    writes its partial sum to shared memory and returns; warp 0 then waits at the barrier and reads sums written by
 #    warps that have exited. Its comment says exited threads count as arrived. That is documented: the PTX ISA (PTX is
 #    the instruction set CUDA C++ compiles to) says a barrier waits for the threads that have not exited, and that
-#    exiting threads release it. CUDA C++ asks for more, `__syncthreads()` only in code that the whole block reaches,
-#    so llm.c's kernel rests on the PTX rule beneath the C++ one. The package's kernel also lets idle warps leave
-#    early (their slots go to the next blocks, which makes small buckets cheap), but the busy warps stay and meet at a
-#    **named barrier** that states how many threads it waits for, `bar.sync 1, busy_warps * 32`, and lanes without
-#    channels stay with their warp until it. Every thread the barrier counts reaches it, so nothing rests on how
-#    exited threads are counted, and compute-sanitizer's `synccheck` and `racecheck` have nothing to flag.
+#    exiting threads release it. CUDA C++ asks for more, `__syncthreads()` only in code that the whole block reaches, so
+#    llm.c's kernel rests on the PTX rule beneath the C++ one. The package's kernel also lets idle warps leave early
+#    (they issue nothing more), but the busy warps stay and meet at a **named barrier** that states how many threads it
+#    waits for, `bar.sync 1, busy_warps * 32`, and lanes without channels stay with their warp until it. Every thread
+#    the barrier counts reaches it, so nothing rests on how exited threads are counted, and compute-sanitizer's
+#    `synccheck` and `racecheck` have nothing to flag.
 # 3. **Item lists.** llm.c files every position once per channel group: a `std::unordered_map` keyed by
 #    token and channel group (`c_group + num_c_groups * token`) holds one list per bucket, and each entry is a
 #    64-bit word packing `bt`, the channel group and the token; it copies B·T·(C/256) such entries. Here the

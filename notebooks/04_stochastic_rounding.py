@@ -225,8 +225,11 @@ ax = rounding_plots.round_up_probability(fractions, observed, title="1 + f * 2^-
 # * **a fresh seed every step**. With a fixed seed each element keeps its threshold forever, and the rounding stops
 #   being random: an element whose threshold lies above the update's `dropped` bits never rounds up (stuck, like
 #   round-to-nearest), one whose threshold lies below always rounds up (a full bf16 step for every small update). With
-#   updates of a quarter of a bf16 step (2⁻⁹), each element runs away with probability one quarter (3 of the 8 below;
-#   until the bf16 steps outgrow the update), and the rest never move. The mean is biased either way:
+#   updates of a quarter of a bf16 step (2⁻⁹), each element runs away with probability one quarter (3 of the 8 below),
+#   and the rest never move. A runaway element climbs while its threshold stays below the update's share of a bf16 step:
+#   a quarter of a step between 1 and 2, an eighth between 2 and 4 (the step doubles), a sixteenth above 4. So each
+#   stops at the first power of two where its threshold no longer passes: 2.0 or 4.0 here. The mean is biased either
+#   way:
 
 # %%
 quarter, steps_q = np.float32(2.0**-9), 512

@@ -567,7 +567,9 @@ if present:
 # at large B: the Zipf line lies above the others, because one block sums the top token's thousands of positions
 # in the number of rounds that cell prints, while the rest of the GPU waits. With the **chunked** kernel the kinds
 # of ids come together: each of the top token's chunks is a unit of its own, with 3 warps, and no warp sums more
-# than 32 positions, so the skewed batches cost about what the uniform one does. Still, the whole chunked backward
+# than 32 positions, so the skewed batches cost no more than the uniform one. They even cost less: with fewer distinct
+# tokens there are fewer `dwte` rows to read and write, and once no warp sums more than 32 positions, those bytes
+# are what the kernel's time follows. Still, the whole chunked backward
 # stays above its memory floor by the ratio printed above; what holds it there, we infer (it has not been
 # profiled), is the table's chain of short steps and the wte kernels' scattered row reads, not the bytes. The
 # skewed kinds sit farther above their floor than the uniform one for the same reason, also inferred: fewer
