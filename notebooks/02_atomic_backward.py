@@ -33,9 +33,9 @@
 # **Time:** about 20 minutes for the core sections; the sections marked *(optional)* add about 15, and
 # the CUDA build-it at the end (with a GPU) about 15.
 #
-# 0. Setup · 1. Backward is a scatter-add · 2. Why atomics · 3. Float addition is not associative · 4. Run it twice ·
-# 5. bf16 atomics lose precision · 6. (optional) llm.c does it this way · 7. Exercise 2 ·
-# (optional) Build it in CUDA
+# 0. Setup · 1. Backward is a scatter-add · 2. Why atomics · 3. Float addition is not associative · 4. Run it twice
+# (and why the fp32 route was slow) · 5. bf16 atomics lose precision · 6. (optional) llm.c does it this way ·
+# 7. Exercise 2 · (optional) Build it in CUDA
 
 # %%
 import importlib.util, os, subprocess, sys

@@ -505,13 +505,14 @@ print("shuffled bucket order, same dwte bits:", compare.bitwise_equal(on.dwte, r
 #    and warps with no item (`warp_id >= bucket_size`) return at the start, and every other warp, busy ones included,
 #    writes its partial sum to shared memory and returns; warp 0 then waits at the barrier and reads sums written by
 #    warps that have exited. Its comment says exited threads count as arrived. That is documented: the PTX ISA (PTX is
-#    the instruction set CUDA C++ compiles to) says a barrier waits for the threads that have not exited, and that
-#    exiting threads release it. CUDA C++ asks for more, `__syncthreads()` only in code that the whole block reaches, so
-#    llm.c's kernel rests on the PTX rule beneath the C++ one. The package's kernel also lets idle warps leave early
-#    (they issue nothing more), but the busy warps stay and meet at a **named barrier** that states how many threads it
-#    waits for, `bar.sync 1, busy_warps * 32`, and lanes without channels stay with their warp until it. Every thread
-#    the barrier counts reaches it, so nothing rests on how exited threads are counted, and compute-sanitizer's
-#    `synccheck` and `racecheck` have nothing to flag.
+#    the instruction set CUDA C++ compiles to) says a barrier waits for the threads that have not exited (its `barrier`
+#    instruction, of which `bar.sync` is a form), and that exiting threads release it (its `exit` instruction). CUDA C++
+#    asks for more, `__syncthreads()` only in code that the whole block reaches, so llm.c's kernel rests on the PTX rule
+#    beneath the C++ one. The package's kernel also lets idle warps leave early (they issue nothing more), but the busy
+#    warps stay and meet at a **named barrier** that states how many threads it waits for, `bar.sync 1, busy_warps *
+#    32`, and lanes without channels stay with their warp until it. Every thread the barrier counts reaches it, so
+#    nothing rests on how exited threads are counted, and compute-sanitizer's `synccheck` and `racecheck` have nothing
+#    to flag.
 # 3. **Item lists.** llm.c files every position once per channel group: a `std::unordered_map` keyed by
 #    token and channel group (`c_group + num_c_groups * token`) holds one list per bucket, and each entry is a
 #    64-bit word packing `bt`, the channel group and the token; it copies B·T·(C/256) such entries. Here the

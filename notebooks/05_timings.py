@@ -261,12 +261,13 @@ if rows:
 #   writes the same output but reads almost nothing (one `wte` row, from cache), ran at 91 % of the copy rate,
 #   and the package's forward in the same run at about the shares printed above. That is the ceiling of this kernel's
 #   own mix: even a perfect gather would not reach 100 % of this floor. The gap splits in two: from 100 % down to
-#   that ceiling is the cost of the write-heavy mix itself; from the ceiling down to the forward's share is what the
-#   gathers cost.
+#   that ceiling is what the kernel's own mix costs even with nothing to gather (its writes, and the loads each
+#   store waits for); from the ceiling down to the forward's share is what the gathers cost.
 # * On the **H200** (a copy rate of about 4.2 TB/s): writing alone is not the limit there, since a memset of the
 #   output's bytes and a kernel that only stores with the forward's thread map both ran at 93 % of the copy rate.
 #   The all-equal forward moved its bytes at 3.15 TB/s, about three quarters, and the package's forward came within
-#   a few points of that ceiling. No memset figure from the H100 is committed.
+#   a few points of that ceiling. So there the mix's cost lies not in the writes but in the loads the stores wait
+#   for (the inferred paragraph below). No memset figure from the H100 is committed.
 # * On uniform ids Nsight Compute (NVIDIA's kernel profiler) counts more bytes read from DRAM than the distinct rows
 #   hold (rows evicted from L2 between two uses are read twice). Other thread maps, cache hints, and maps that
 #   keep loads and stores in flight together gained at most a microsecond or two.
