@@ -95,7 +95,10 @@ except grid.KernelFault as fault:
 #
 # **Goal:** `out[r, c] = x[r, c] + bias[c]` for an (R, C) array, one thread per element. The launch has
 # blocks of 128 threads and rounds the grid up to whole blocks; your kernel gets `(cuda, out, x, bias, n, C)`
-# with `n = R * C` and the arrays flat. The NumPy spec (what the check compares with, bit for bit):
+# with `n = R * C` and the arrays flat. Add with `fadd(a, b)`, the GPU's fp32 add: NumPy's float32 `+` keeps
+# subnormals (values below 2⁻¹²⁶), while the kernels, compiled by CuPy with flush-to-zero, turn them into zero
+# before and after the add; `fadd` does the same, so the bits agree even there. The NumPy spec (what the check
+# compares with, bit for bit):
 
 # %%
 display(Markdown(f"```python\n{inspect.getsource(warmups.spec_add_bias)}```"))

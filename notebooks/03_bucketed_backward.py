@@ -272,7 +272,8 @@ for name, run in toy_runs.items():
 # has to be closer to the kernel (section 5). A bucket's **items** are its positions `bt`,
 # one row of dout each; the **8 warps of a block share its bucket**, one item per warp per round, so a bucket of
 # `size` items takes `ceil(size / 8)` rounds (1 to 8 items: one round), plus a fixed start-up (read the table
-# entry, load and store `dwte`, round), here 0 or 2 rounds.
+# entry, load and store `dwte`, round). Its size is not measured, so the model tries two values that bracket it: 0
+# (free) and 2 rounds.
 
 # %%
 # NBVAL_CHECK_OUTPUT

@@ -70,12 +70,13 @@ print(enc.gpu_status())
 # %% [markdown]
 # ## 1. What is timed, and what the floor is (core)
 #
-# Each *case* is a named function in `gpt2enc_edu/bench/cases.py` that prepares one call; the timer then runs
-# it many times. Before every repeat the timer writes a buffer at least twice the size of the GPU's L2 cache, so
-# the inputs come from HBM (the GPU's main memory) as they would in training, and queues a short spin kernel so
-# that the CUDA events (timestamps the GPU itself records between two kernels) time the GPU's work rather than
-# Python's launch overhead. The plots draw the median; the 10th and 90th percentiles are beside it in
-# `docs/bench/results.md` and `results.csv`.
+# Each *case* is a named function in `gpt2enc_edu/bench/cases.py` that prepares one call; the timer then runs it many
+# times. Before every repeat the timer writes a buffer at least twice the size of the GPU's L2 cache, so the inputs come
+# from HBM (the GPU's main memory) as they would in training, and queues a short spin kernel so that the CUDA events
+# (timestamps the GPU itself records between two kernels) time the GPU's work rather than Python's launch overhead:
+# while the spin kernel keeps the GPU busy, the host queues the start event, the call's kernels and the end event, so
+# the GPU meets them back to back instead of waiting for Python between them. The plots draw the median; the 10th and
+# 90th percentiles are beside it in `docs/bench/results.md` and `results.csv`.
 #
 # **Minimal bytes.** An ideal kernel reads each input byte once and writes each output byte once:
 #

@@ -297,18 +297,18 @@ else:
 #
 # ## 7. (optional) Time: the encoder in a step
 #
-# A whole step of this small model is mostly other work (and, at these sizes, Python and kernel launches).
-# The encoder alone, forward plus backward into `.grad`, timed from the host around synchronised calls (so
-# Python, launches and the id check are included, as a training step pays them). On the GPU at GPT-2 size
-# (B = 8, T = 1024, C = 768, V = 50,257, bf16); on the CPU at this notebook's CPU size, where "ours" is the
-# NumPy mirror, written to show the kernels' arithmetic, not to be fast. `check_ids=False` skips the id check (on
-# the GPU one small kernel, on the CPU a NumPy comparison). The variants are timed in turn, each repeat running
-# each once, so the rows compare with each other. At this size every row is mostly host time: our methods' GPU
-# work differs by a few tens of microseconds (notebook 05), less than the host's time moves from run to run, so
-# our deterministic rows come out close together and in no fixed order. The `atomic` row can stand apart: on
-# bf16 its fp32 rows take a new stamp every call, so the adapter cannot replay the launches it recorded for the
-# shape (`gpt2enc_edu.plans`) and each call takes the full Python path for its three kernels. That this is what
-# its extra time is made of is inferred, not profiled.
+# A whole step of this small model is mostly other work (and, at these sizes, Python and kernel launches). The encoder
+# alone, forward plus backward into `.grad`, timed from the host around synchronised calls (so Python, launches and the
+# id check are included, as a training step pays them). On the GPU at GPT-2 size (B = 8, T = 1024, C = 768, V = 50,257,
+# bf16); on the CPU at this notebook's CPU size, where "ours" is the NumPy mirror, written to show the kernels'
+# arithmetic, not to be fast. `check_ids=False` skips the id check (on the GPU one small kernel, on the CPU a NumPy
+# comparison). The variants are timed in turn, each repeat running each once, so the rows compare with each other. At
+# this size every row is mostly host time: our methods' GPU work differs by a few tens of microseconds (notebook 05),
+# less than the host's time moves from run to run, so our deterministic rows come out close together and in no fixed
+# order. The `atomic` row can stand apart: on bf16 its fp32 rows take a new stamp every call (a number the kernels
+# compare to see which rows this call has widened already, notebook 02), a launch argument that changes from call to
+# call, so the adapter cannot replay the launches it recorded for the shape (`gpt2enc_edu.plans`) and each call takes
+# the full Python path for its three kernels. That this is what its extra time is made of is inferred, not profiled.
 
 # %%
 if torch is None:
