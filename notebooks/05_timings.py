@@ -349,11 +349,13 @@ for kind in ("uniform", "zipf"):
 #   rounds them back: three kernels; bf16 atomics need one, but round at every add (notebook 02) and depend on the order
 #   of the adds. Both are fast next to PyTorch (in section 3's plot the fp32 route beats PyTorch's nondeterministic
 #   backward at every B; bf16 atomics fall behind it on skewed ids at the largest B) and slow next to their floor,
-#   although each reads dout only once: an atomic is a read-modify-write that the L2 cache carries out for one address
-#   at a time, so the adds into one row queue behind each other (every occurrence of a frequent token, every sequence at
-#   one position), and on uniform ids the fp32 rows of a large batch's many distinct tokens are more than L2 holds at
-#   once. (Inferred from how atomics work and from the plots, where uniform ids, which queue least, come closest to the
-#   floor; no profile of the atomic kernels is committed.)
+#   although each reads dout only once. The fp32 route's widen and narrow kernels move 12 bytes per element of each
+#   touched row (read bf16, write fp32, then read fp32, write bf16) where the floor counts 4. And an atomic is a
+#   read-modify-write that the L2 cache carries out for one address at a time, so the adds into one row queue behind
+#   each other (every occurrence of a frequent token, every sequence at one position), and on uniform ids the fp32 rows
+#   of a large batch's many distinct tokens are more than L2 holds at once. (Inferred from how atomics work and from the
+#   plots, where uniform ids, which queue least, come closest to the floor; no profile of the atomic kernels is
+#   committed.)
 # * The **deterministic backward with CPU bucketing** includes the ids' trip to the host, the NumPy table
 #   and its trip back: at large B that host work, not the GPU, sets the time. The **GPU bucketing** route
 #   removes the host round trip; the **chunked** kernel splits long buckets (frequent tokens) into
