@@ -18,7 +18,7 @@ import io
 import pstats
 
 from gpt2enc_edu.bench import cases, run
-from gpt2enc_edu.bench.timer import summarize, time_synchronised_in_turn
+from gpt2enc_edu.bench.timer import summarize
 
 STEPS = ("torch_step", "torch_step_det", "adapter_step", "adapter_step_graph")
 
@@ -43,21 +43,20 @@ def main() -> None:
     print(f"{torch.cuda.get_device_name()}, {note}; host-timed medians of {args.repeats} (us)")
     print("| ids | B | " + " | ".join(STEPS) + " | graph replay, GPU | replay host / GPU |")
     print("|---" * (len(STEPS) + 4) + "|")
+    steps = [cases.CASES_BY_NAME[name] for name in STEPS]
     for kind in args.ids:
         for B in args.batch_sizes:
-            w = run.make_workload(session, config, kind, B)
-            timed = {}
-            try:
-                for name in STEPS:
-                    timed[name] = cases.CASES_BY_NAME[name].setup(w)
-                samples = time_synchronised_in_turn({n: t.fn for n, t in timed.items()}, torch.cuda.synchronize,
-                                                    warmup=args.warmup, repeats=args.repeats)
+            gpu = []
+
+            def time_the_replay(timed: dict) -> None:  # on the GPU's clock, while the captured graph still lives
                 replay = timed["adapter_step_graph"]
-                gpu, _ = session.timer.time(replay.fn, replay.stream, warmup=args.warmup, repeats=args.repeats)
-            finally:
-                for t in reversed(list(timed.values())):  # each teardown restores what its setup found
-                    t.teardown()
-            medians = {name: summarize(samples[name]).median * 1e6 for name in STEPS}
+                gpu.extend(session.timer.time(replay.fn, replay.stream, warmup=args.warmup, repeats=args.repeats)[0])
+
+            rows, failures = run.time_steps(session, config, steps, run.make_workload(session, config, kind, B),
+                                            while_live=time_the_replay)
+            if failures:
+                raise SystemExit(f"ids={kind}, B={B}: " + "; ".join(f"{f['case']}: {f['error']}" for f in failures))
+            medians = {r["case"]: r["median_us"] for r in rows}
             medians["gpu"] = summarize(gpu).median * 1e6
             cells = [f"{medians[n]:.1f}" for n in STEPS]
             ratio = medians["adapter_step_graph"] / medians["gpu"]

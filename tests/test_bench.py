@@ -211,13 +211,24 @@ def test_the_steps_of_a_workload_are_timed_together_and_torn_down_in_reverse(mon
     session = type("Session", (), {"cp": type("cp", (), {"cuda": type("cuda", (), {"runtime": runtime})}),
                                    "copy_rate": 3e12})()
     w = type("Workload", (), dict(kind="zipf", B=8, T=1024, C=768, V=50257, distinct=2484))()
-    rows, failures = run.time_steps(session, run.BenchConfig.quick_config(), steps, w)
+    live = []
+    rows, failures = run.time_steps(session, run.BenchConfig.quick_config(), steps, w,
+                                    while_live=lambda timed: live.append((sorted(timed), list(torn))))
+    assert live == [(["s1", "s3"], [])]  # the steps that were set up, before any teardown
     assert [(r["case"], r["median_us"], r["timer"], r["B"]) for r in rows] == [
         ("s1", pytest.approx(300.0), "perf_counter", 8), ("s3", pytest.approx(200.0), "perf_counter", 8)]
     assert failures == [dict(case="s2", ids="zipf", B=8, error="RuntimeError: no CUDA graphs here")]
     assert torn == ["s3", "s1"]
     with pytest.raises(ValueError, match="time_steps times the steps"):
         run.time_case(session, run.BenchConfig.quick_config(), steps[0], w)
+    torn.clear()
+
+    def fails(timed):
+        raise RuntimeError("the caller's measurement failed")
+
+    with pytest.raises(RuntimeError, match="caller's measurement"):
+        run.time_steps(session, run.BenchConfig.quick_config(), steps, w, while_live=fails)
+    assert torn == ["s3", "s1"]  # torn down all the same
 
 
 def test_format_time():

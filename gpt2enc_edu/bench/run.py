@@ -25,7 +25,7 @@ from ..problems import random_problem
 from ..rounding import bfloat16
 from ..tokens import GPT2_VOCAB_SIZE, make_ids
 from ..validate import check_int
-from .cases import C_GPT2, CASE_NAMES, CASES_BY_NAME, ID_KINDS, T_GPT2, TORCH_FAMILIES, Case, TorchSide, Workload
+from .cases import C_GPT2, CASE_NAMES, CASES_BY_NAME, ID_KINDS, T_GPT2, TORCH_FAMILIES, Case, Timed, TorchSide, Workload
 from .floor import distinct_ids
 from .report import Results, make_row
 from .timer import (
@@ -206,10 +206,12 @@ def time_case(s: Session, config: BenchConfig, case: Case, w: Workload) -> dict:
     return make_row(case, seconds=summarize(samples), timer="cuda-events", host_gap_frac=gap, **_common(s, w))
 
 
-def time_steps(s: Session, config: BenchConfig, steps: list[Case], w: Workload) -> tuple[list[dict], list[dict]]:
+def time_steps(s: Session, config: BenchConfig, steps: list[Case], w: Workload, *,
+               while_live: Callable[[dict[str, Timed]], None] | None = None) -> tuple[list[dict], list[dict]]:
     """Time the ``step`` cases of one workload in turn (``timer.time_synchronised_in_turn``: host time around
     synchronised calls, no GPU timer, no L2 flush), so that their medians compare; (their rows, a failure for each
-    case whose setup or calls raised)."""
+    case whose setup or calls raised). ``while_live``, given the steps that were set up, runs after their timing
+    and before their teardown (a caller's own measurement of a live step); what it raises is raised."""
     timed, failures = {}, []
 
     def failed(case: Case, exc: Exception) -> None:
@@ -231,6 +233,8 @@ def time_steps(s: Session, config: BenchConfig, steps: list[Case], w: Workload) 
         except Exception as exc:  # the steps were timed together: each is reported
             for name in timed:
                 failed(CASES_BY_NAME[name], exc)
+        if while_live is not None and samples:
+            while_live(timed)
     finally:
         for t in reversed(list(timed.values())):  # in reverse: each teardown restores what its setup found
             if t.teardown is not None:
