@@ -327,15 +327,15 @@ ax = rounding_plots.error_vs_adds(adds[rows], errors, title="dwte (bf16): error 
 # *Figure: median error per dwte row against the number of adds the row received: flat near 0 for fp32 accumulation,
 # growing with the adds for bf16 atomics.*
 #
-# That looks mild, and with these inputs it is: `dout` and `dwte` are both N(0, 1), so every add is about
-# as large as the value it lands on, and one bf16 rounding per add costs little. **The real failure needs
-# small updates**, as in training: a gradient accumulated over many micro-batches is large, the next
-# micro-batch's contributions are small. Here `dout` is scaled by 10⁻³ while `dwte` stays N(0, 1): half a
-# bf16 ULP of a value between 1 and 2 is 2⁻⁸ ≈ 0.004, several times a typical add. Not every add is below
-# that line, and not every value is near 1 (below 0.5 the ULP is half as large or less): the next cell
-# counts both for this batch. An add smaller than half an ULP of the value it lands on is rounded away by
-# itself. bf16 atomics round after every add, so such adds vanish one by one, however many a row receives;
-# fp32 accumulation adds them all first and rounds once, so a row's total arrives once it is large enough.
+# That looks mild, and with these inputs it is: `dout` and `dwte` are both N(0, 1), so every add is about as large as
+# the value it lands on, and one bf16 rounding per add costs little. **The real failure needs small updates**, as in
+# training: a gradient accumulated over many micro-batches is large, the next micro-batch's contributions are small.
+# Here `dout` is scaled by 10⁻³ while `dwte` stays N(0, 1): half a bf16 ULP of a value between 1 and 2 is 2⁻⁸ ≈ 0.004,
+# several times a typical add. Not every add is below that line, and not every value is near 1 (between 0.5 and 1 the
+# ULP is half as large, below 0.5 a quarter or less): the next cell counts both for this batch. An add smaller than half
+# an ULP of the value it lands on is rounded away by itself. bf16 atomics round after every add, so such adds vanish one
+# by one, however many a row receives; fp32 accumulation adds them all first and rounds once, so a row's total arrives
+# once it is large enough.
 
 # %%
 small = dataclasses.replace(p16, dout=(p16.dout.astype(np.float32) * np.float32(1e-3)).astype(enc.bfloat16))

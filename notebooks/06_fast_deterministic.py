@@ -46,8 +46,8 @@
 # %% [markdown]
 # **CUDA beyond the prerequisites**, one line each (the helpers named are in `kernels/common.cuh`):
 #
-# The core sections need only the last three rows; the others can wait until the optional section that uses
-# them.
+# The core sections need only the last two rows (section 5's summary of the routes names them); the others can
+# wait until the optional section that uses them.
 #
 # | feature | what it does | where |
 # |---|---|---|
@@ -55,7 +55,7 @@
 # | `__ballot_sync(mask, p)` | a warp **ballot**: every lane gets the same 32-bit mask, bit `l` set where lane `l`'s predicate `p` is true | 5b |
 # | `__syncwarp()` | a barrier for the 32 lanes of one warp only | 3b |
 # | `cp.async` (`copy16_async`, then `commit_async_copies` and `wait_async_copies`) | copies 16 bytes from global to shared memory without holding a register while it travels; the thread waits for its copies before it reads them (sm_80 and newer) | 3b |
-# | programmatic dependent launch (`allow_next_grid` / `wait_for_previous_grid`) | the next kernel on the stream starts its setup while this one still runs, and waits in `wait_for_previous_grid` until this one's writes are visible (sm_90 and newer; elsewhere both do nothing) | 3b, 7 |
+# | programmatic dependent launch (`allow_next_grid` / `wait_for_previous_grid`) | the next kernel on the stream starts its setup while this one still runs, and waits in `wait_for_previous_grid` until this one's writes are visible (sm_90 and newer; elsewhere both do nothing) | 3b, 7 (its optional part) |
 # | cooperative launch | a launch whose blocks are all resident on the GPU at once (the grid must fit), so that `grid.sync()` can be a barrier across the whole grid | 5c |
 # | CUDA graph | a sequence of launches recorded once from a stream and replayed with one call from the host | 5b, 6 |
 
