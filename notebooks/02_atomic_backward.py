@@ -34,8 +34,8 @@
 # the CUDA build-it at the end (with a GPU) about 15.
 #
 # 0. Setup · 1. Backward is a scatter-add · 2. Why atomics · 3. Float addition is not associative · 4. Run it twice
-# (and why the fp32 route was slow) · 5. bf16 atomics lose precision · 6. (optional) llm.c does it this way ·
-# 7. Exercise 2 · (optional) Build it in CUDA
+# (and why the fp32 route copies only the used rows) · 5. bf16 atomics lose precision · 6. (optional) llm.c does it
+# this way · 7. Exercise 2 · (optional) Build it in CUDA
 
 # %%
 import importlib.util, os, subprocess, sys
@@ -257,12 +257,12 @@ for method, (first, second) in runs16.items():
           f"{first[0].size:,} dwte elements differ between two runs")
 
 # %% [markdown]
-# ### Why the fp32 route was slow, and what made it fast (core)
+# ### Why the fp32 route copies only the rows the batch uses (core)
 #
-# fp32 atomics need fp32 targets, and bf16 gradients are not fp32. The route's first form converted the whole of `dwte`
-# to fp32 before the adds and back after them: all V × C elements read and written twice, however few rows the batch
-# touched. At small batches that is far more traffic than the adds themselves: at B = 1 the route took 390 µs, 19 times
-# PyTorch's `index_add_` plus the sum for `dwpe` (`docs/experiments.md`, "Atomic baselines", H200, 2026-12-02). Now a
+# fp32 atomics need fp32 targets, and bf16 gradients are not fp32. A route that converts the whole of `dwte` to fp32
+# before the adds and back after them reads and writes all V × C elements twice, however few rows the batch touched. At
+# small batches that is far more traffic than the adds themselves: measured at B = 1, such a route took 390 µs, 19 times
+# PyTorch's `index_add_` plus the sum for `dwpe` (`docs/experiments.md`, "Atomic baselines", H200, 2026-12-02). So a
 # *widen* kernel copies to fp32 only the rows of the tokens the batch uses (a per-token stamp lets the first warp that
 # meets a token claim its row, so each row is copied once), and a *narrow* kernel rounds those rows back to bf16 once
 # after the adds: 21-25 µs at B = 1 in the same measurement, at most 1.21 times PyTorch's `index_add_` plus the `dwpe`
