@@ -437,6 +437,7 @@ print(enc.last_backend())
 # The checksums below are the same on the GPU and in the CPU mirror: this cell's stored output comes from a GPU run
 # (the line above names the backend), and the test suite re-runs it on a CPU and compares. `bitwise_equal(…, mirror)`
 # compares with the mirror directly (on a machine without a GPU it compares the mirror with itself).
+#
 # The two checks answer different questions: equal bits with the mirror say that the kernel adds what the mirror
 # adds, in the same order; the bound of the float64 reference says that this order gives a correct sum at all (a
 # mirror with the kernel's mistake would agree with it bit for bit).
@@ -537,11 +538,10 @@ print("shuffled bucket order, same dwte bits:", compare.bitwise_equal(on.dwte, r
 #
 # No cell draws llm.c's timings: no recorded llm.c run is kept for a cell to read them from. `docs/experiments.md`,
 # "Against llm.c", lists the comparisons made and when. In the one on an H100 (2026-12-05, B = 64) llm.c's whole
-# backward took 58 ms, the package's whole backward with its table built on the GPU 126 µs (in that harness's own
-# run, not the committed bench). llm.c's GPU kernels account
-# for well under a millisecond of that (its wte kernel, the longest, took 143-452 µs at B = 64 in the H200 runs), so the
-# rest is its host bucketing (the hash map over B·T·(C/256) entries, a sort, two copies), the step that notebook 06
-# moves to the GPU.
+# backward took 58 ms, the package's whole backward with its table built on the GPU 126 µs (in that harness's own run,
+# not the committed bench). llm.c's GPU kernels account for well under a millisecond of that (its wte kernel, the
+# longest, took 139-452 µs at B = 64 in the H200 runs), so the rest is its host bucketing (the hash map over B·T·(C/256)
+# entries, a sort, two copies), the step that notebook 06 moves to the GPU.
 #
 # ## 8. Exercise 3: read the bucket table (core)
 #

@@ -77,11 +77,10 @@ print(f"next bf16 above 1.0: {1 + 2**-7}")
 #
 # ## 2. Drift: many small additions (core)
 #
-# Start at 1.0 and add 1e-4 ten thousand times; the exact answer is 2.0. Three ways of storing the running
-# value: fp32; bf16 with round-to-nearest; bf16 with stochastic rounding, which rounds to the neighbour farther
-# from zero with probability equal to how far the value lies towards it (here all values are positive, so that is
-# rounding **up**). On average stochastic
-# rounding adds exactly what was added. Eight independent runs (eight elements) show its spread.
+# Start at 1.0 and add 1e-4 ten thousand times; the exact answer is 2.0. Three ways of storing the running value: fp32;
+# bf16 with round-to-nearest; bf16 with stochastic rounding, which rounds to the neighbour farther from zero with
+# probability equal to how far the value lies towards it (here all values are positive, so that is rounding **up**). On
+# average stochastic rounding adds exactly what was added. Eight independent runs (eight elements) show its spread.
 
 # %%
 def accumulate_bf16(increment, steps, runs, seed_of_step):
