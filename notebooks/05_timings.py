@@ -212,10 +212,9 @@ if live_rows:
 # (the bucket table's chain of short steps, or, at B=1, the sort of the ids that every block of the chunked method's
 # one-launch kernel does for itself; notebook 06 section 8), and for the CPU route the host round trip: those **fixed
 # costs** set the time at small B. The last panel answers a second question, what the bucket table costs where it is
-# built: the CPU route (the ids to the host, `make_buckets` in NumPy, the table back) takes about half a millisecond
-# for one sequence and milliseconds for many, the GPU table
-# alone microseconds (under ten for one sequence, a few tens at B = 64), which is why the package builds the table on
-# the GPU for CuPy arrays.
+# built: the CPU route (the ids to the host, `make_buckets` in NumPy, the table back) takes about half a millisecond for
+# one sequence and milliseconds for many, the GPU table alone microseconds (under ten for one sequence, a few tens at B
+# = 64), which is why the package builds the table on the GPU for CuPy arrays.
 #
 # ### How close to a copy does each operation get, and from which B on?
 #
