@@ -311,12 +311,12 @@ for name, p in problems.items():
 # * **The package's fastest forward is version 3** (section 7), a different thread map; llm.c's kernel is
 #   version 2.
 #
-# What follows from the same arithmetic (one fp32 add, one rounding to nearest): on the same inputs the
-# outputs are **bitwise equal** to llm.c's, as a comparison on an H200 found (B = 64, uniform and Zipf ids,
-# llm.c commit `f1e2ace6`). The notebooks show no llm.c timings: no recorded llm.c run is kept for a cell to
-# read them from (`docs/experiments.md`, "Against llm.c", describes the comparisons made and when). Section 7
-# measures version 2, llm.c's thread map and packs.
-# llm.c's forward needs only the ids on the GPU; its backward also takes them on the host (notebook 03).
+# What follows from the same arithmetic (one fp32 add, one rounding to nearest): on the same inputs the outputs are
+# **bitwise equal** to llm.c's, as a comparison on an H200 found (B = 64, uniform and Zipf ids, llm.c commit
+# `f1e2ace6`). No cell draws llm.c's timings: no recorded llm.c run is kept for a cell to read them from
+# (`docs/experiments.md`, "Against llm.c", describes the comparisons made and when; notebook 03, section 7, quotes the
+# backward's). Section 7 measures version 2, llm.c's thread map and packs. llm.c's forward needs only the ids on the
+# GPU; its backward also takes them on the host (notebook 03).
 #
 # ## 7. (optional) Three versions, measured
 #

@@ -130,8 +130,9 @@ verdict = buildit.check_backward_atomic(my_atomic_backward)
 verdict.show()
 
 # %% [markdown]
-# The package's per-thread form (`gpt2enc_edu/course/perthread.py`), the same lines as the CUDA kernel
-# `encoder_backward_atomic_fp32_kernel`; it opens once your kernel passed (`unlocked=True` opens it now):
+# The package's per-thread form (`gpt2enc_edu/course/perthread.py`) makes the adds of the CUDA kernel
+# `encoder_backward_atomic_fp32_kernel`, which issues them four floats to an atomic; it opens once your kernel passed
+# (`unlocked=True` opens it now):
 
 # %%
 from gpt2enc_edu.course import reveal

@@ -100,14 +100,14 @@ verdict = buildit.check_backward_wpe(my_wpe_backward)
 verdict.show()
 
 # %% [markdown]
-# The package's per-thread form (`gpt2enc_edu/course/perthread.py`) reads line for line like the CUDA kernel
-# `encoder_backward_wpe_kernel`; it opens once your kernel passed (`unlocked=True` opens it now). One thing
-# yours need not have: a loop over packs. Launched with fewer threads than packs, thread `i` takes pack `i`,
-# then `i` plus the grid's thread count, and so on; an element still has one owner, so the bits do not
-# change. The package uses that beside the bucket table that the GPU builds in the same call for 2 to 64
-# sequences (the scatter route of notebook 06): the wpe kernel then gets only a share of the SMs (the GPU's
-# streaming multiprocessors, which run the blocks; `layout.WPE_SM_SHARE_BESIDE_TABLE`), so that the table's
-# kernels are not kept waiting for room.
+# The package's per-thread form (`gpt2enc_edu/course/perthread.py`) adds what the CUDA kernel
+# `encoder_backward_wpe_kernel` adds, in the same order (the kernel issues several loads before adding them); it opens
+# once your kernel passed (`unlocked=True` opens it now). One thing yours need not have: a loop over packs. Launched
+# with fewer threads than packs, thread `i` takes pack `i`, then `i` plus the grid's thread count, and so on; an element
+# still has one owner, so the bits do not change. The package uses that beside the bucket table that the GPU builds in
+# the same call for 2 to 64 sequences (the scatter route of notebook 06): the wpe kernel then gets only a share of the
+# SMs (the GPU's streaming multiprocessors, which run the blocks; `layout.WPE_SM_SHARE_BESIDE_TABLE`), so that the
+# table's kernels are not kept waiting for room.
 
 # %%
 from gpt2enc_edu.course import reveal

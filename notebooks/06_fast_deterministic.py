@@ -517,15 +517,14 @@ if bench_b1:
 #
 # ## 7. Skew against measured time (core)
 #
-# The point of both kernels, measured: time per call against batch size for uniform, Zipf and real ids, for the
-# bucketed method and the chunked kernel, from the committed benchmark (`docs/bench/results.csv`,
-# `python -m gpt2enc_edu.bench`, whose card the output names; the notebook does not re-run it). The "wte kernel
-# alone" panels appear when the results hold those cases. The bucketed lines are the package's kernel (its warps
-# form, notebook 03), which adds in llm.c's order: llm.c's own kernel is not timed here. The bench times one call
-# as a training step makes it, a lone launch after L2 was flushed, so its times sit a few microseconds above the
-# same work timed back to back with warm caches: the one-block table takes about 9 µs in the bench and about 6 in
-# section 6's phase plot, the difference being mostly the timer's own cost of a launch (section 6 says more).
-# First, how skewed each kind of ids is:
+# The point of both kernels, measured: time per call against batch size for uniform, Zipf and real ids, for the bucketed
+# method and the chunked kernel, from the committed benchmark (`docs/bench/results.csv`, `python -m gpt2enc_edu.bench`,
+# whose card the output names; the notebook does not re-run it). The "wte kernel alone" panels appear when the results
+# hold those cases. The bucketed lines are the package's kernel (its warps form, notebook 03), which adds in llm.c's
+# order: llm.c's own kernel is not timed here. The bench times one call as a training step makes it, a lone launch after
+# L2 was flushed, so its times sit a few microseconds above the same work timed back to back with warm caches, as
+# section 6's phase plot times the one-block table: the difference is mostly the timer's own cost of a launch (section 6
+# compares the two on one card). First, how skewed each kind of ids is:
 
 # %%
 # NBVAL_CHECK_OUTPUT

@@ -220,8 +220,9 @@ def _release_barrier(block_idx, waiting: list, threads: list, state: dict) -> li
         raise BarrierHazard(
             f"block {block_idx}: threads {_spans(at_barrier)} wait at __syncthreads, but threads {_spans(gone)} "
             "returned before reaching it (CUDA C++ asks every thread of the block to reach each "
-            "__syncthreads(); on a GPU the exited threads release the barrier, and the others read whatever "
-            "those never wrote). Let every thread reach the barrier and skip the work instead of returning early.",
+            "__syncthreads(); on a GPU the exited threads release the barrier, and the others find only what "
+            "those threads wrote before they left). Let every thread reach the barrier and skip the work instead "
+            "of returning early.",
             picture(threads[at_barrier[0]], {"wait at __syncthreads": at_barrier, "returned": gone}))
     sites: dict[str, list[int]] = {}
     for t in at_barrier:

@@ -43,7 +43,7 @@ from .launchers import (  # noqa: F401 (the launchers are used through this modu
 # ------------------------------------------------------------------------------------------------------
 # The kernels, one thread each.
 def encoder_forward(cuda, out, inp, wte, wpe, B, T, C):
-    """``encoder_forward_kernel``: one thread per 128-bit pack of ``out``."""
+    """``encoder_forward_v2_kernel``: one thread per 128-bit pack of ``out``."""
     size = pack_size(wte.dtype)
     idx = (cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x) * size
     if idx >= B * T * C:
