@@ -126,7 +126,7 @@ print(f"chunked: {table.num_units} units of at most {layout.CHUNK_ITEMS} positio
 groups = layout.num_c_groups(C, enc.bfloat16)
 print(f"C={C}, bf16: {groups} channel groups of {layout.c_per_group(enc.bfloat16)} channels")
 print(f"this batch: {table.num_units} units -> {table.num_units * groups} warps of the chunk kernel; "
-      f"{table.num_buckets} buckets -> {table.num_buckets * layout.WTE_WARPS} warps of llm.c's bucketed kernel")
+      f"{table.num_buckets} buckets -> {table.num_buckets * layout.WTE_WARPS} warps of the bucketed kernel")
 
 # %% [markdown]
 # ### Which tokens need several chunks?
