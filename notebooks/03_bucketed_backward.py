@@ -309,9 +309,10 @@ for per_block in (0, 2):
 #
 # * **your build-it and the package's per-thread form**: every warp, busy or not, waits at one barrier for the
 #   whole block, the simplest correct form;
-# * **the package's CUDA kernel**: warps without an item leave at once (they issue nothing more, though the block
-#   keeps its place on the SM until its busy warps end), and the busy ones meet at a *named* barrier that counts only
-#   them;
+# * **the package's CUDA block kernel** (`encoder_backward_wte_bucketed_kernel`; for small buckets the package launches
+#   a warps form, the optional subsection below): warps without an item leave at once (they issue nothing more, though
+#   the block keeps its place on the SM until its busy warps end), and the busy ones meet at a *named* barrier that
+#   counts only them, so nothing rests on how a GPU treats threads that exited;
 # * **llm.c's kernel**: every warp but warp 0 writes its sum and returns, and warp 0 waits alone at
 #   `__syncthreads()`, counting on exited threads to release it (section 7 says where that rule is written).
 #

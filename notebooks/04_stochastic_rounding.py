@@ -227,8 +227,8 @@ ax = rounding_plots.round_up_probability(fractions, observed, title="1 + f * 2^-
 #   updates of a quarter of a bf16 step (2⁻⁹), each element runs away with probability one quarter (3 of the 8 below),
 #   and the rest never move. A runaway element climbs while its threshold stays below the update's share of a bf16 step:
 #   a quarter of a step between 1 and 2, an eighth between 2 and 4 (the step doubles), a sixteenth above 4. So each
-#   stops at the first power of two where its threshold no longer passes: 2.0 or 4.0 here. The mean is biased either
-#   way:
+#   stops at the first power of two where its threshold no longer passes: 2.0 or 4.0 here. (A CUDA graph replays the
+#   seed it was captured with, which is this fixed seed again: notebook 07, section 7.) The mean is biased either way:
 
 # %%
 quarter, steps_q = np.float32(2.0**-9), 512
@@ -277,10 +277,11 @@ print("  the same seed        :", fixed[:, -1].astype(np.float64).tolist())
 #
 # ## 7. Through the real kernels (core)
 #
-# The same experiment with `encoder_backward` itself, on the active backend: one token at one position
-# (B = T = 1, V = 1, C = 64 bf16 channels), `dwte` starting at 1.0, and a gradient of 1e-3 every step,
-# 1000 steps. `method="bucketed"` rounds stochastically with the step as seed; `method="atomic"` adds in
-# fp32 and rounds to nearest.
+# The same experiment with `encoder_backward` itself, on the active backend: one token at one position (B = T = 1, V =
+# 1, C = 64 bf16 channels), `dwte` starting at 1.0, and a gradient of 1e-3 every step, 1000 steps. `method="bucketed"`
+# rounds stochastically with the step as seed; `method="atomic"` adds in fp32 and rounds to nearest. fp32 accumulation,
+# which kept notebook 02's small updates, cannot help here: it lasts one call, and each call rounds its result to bf16
+# once, so from one step to the next the value lives in bf16 and an update below half an ULP is lost at every step.
 
 # %%
 xp = arrays()  # the active backend

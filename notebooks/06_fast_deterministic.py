@@ -565,16 +565,16 @@ if present:
 # the **bucketed** kernel (llm.c's scheme: the largest bucket on one block) time follows that skew at large B: the Zipf
 # line lies above the others, because one block sums the top token's thousands of positions in the number of rounds that
 # cell prints, while the rest of the GPU waits. With the **chunked** kernel the kinds of ids come together: each of the
-# top token's chunks is a unit of its own, with 3 warps, and no warp sums more than 32 positions, so the skewed batches
-# cost no more than the uniform one. They even cost less: with fewer distinct tokens there are fewer `dwte` rows to read
-# and write, and once no warp sums more than 32 positions, those bytes are what the kernel's time follows. Still, the
-# whole chunked backward stays above its memory floor by the ratio printed above; what holds it there, we infer (it has
-# not been profiled), is the table's chain of short steps and the wte kernels' scattered row reads, not the bytes. The
-# skewed kinds sit farther above their floor than the uniform one for the same reason, also inferred: fewer distinct
-# tokens make their floor smaller (fewer `dwte` rows to read and write), while those costs, and the combine kernel that
-# only tokens of several chunks need, do not shrink with it. At small B every line flattens: there the fixed costs
-# (kernel launches, the bucket table's chain of short steps of section 6) dominate, not the bytes moved, which is also
-# why no kernel gets near its memory floor there (notebook 05).
+# top token's chunks is a unit of its own, with 3 warps, and no warp sums more than 32 positions, so at large B the
+# skewed batches cost no more than the uniform one. They even cost less there: with fewer distinct tokens there are
+# fewer `dwte` rows to read and write, and once no warp sums more than 32 positions, those bytes are what the kernel's
+# time follows. Still, the whole chunked backward stays above its memory floor by the ratio printed above; what holds it
+# there, we infer (it has not been profiled), is the table's chain of short steps and the wte kernels' scattered row
+# reads, not the bytes. The skewed kinds sit farther above their floor than the uniform one for the same reason, also
+# inferred: fewer distinct tokens make their floor smaller (fewer `dwte` rows to read and write), while those costs, and
+# the combine kernel that only tokens of several chunks need, do not shrink with it. At small B every line flattens:
+# there the fixed costs (kernel launches, the bucket table's chain of short steps of section 6) dominate, not the bytes
+# moved, which is also why no kernel gets near its memory floor there (notebook 05).
 #
 # ### (optional) Why a piece alone can take longer than the whole call
 #

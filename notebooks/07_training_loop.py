@@ -223,9 +223,9 @@ else:
 # bits, but nothing guarantees it). On the CPU PyTorch's embedding backward is deterministic either way. Times are the
 # median of one whole training step (the encoder is a small part of it here). On a GPU the step times differ little
 # between the encoders, though the README finds our kernels several times faster than PyTorch's: a step of this small
-# model is mostly host time (Python, launches), where the adapter's Python costs more than `nn.Embedding`'s C++ and
-# takes back what its kernels save on the GPU. The README's speed-ups are the GPU's work, which a large model's step
-# pays instead. Section 7 measures both.
+# model is mostly host time (Python, launches), in which the adapter's Python costs more than `nn.Embedding`'s C++, and
+# what our kernels save on the GPU is a small part of such a step. The README's speed-ups are the GPU's work, which a
+# large model's step pays instead. Section 7 measures both.
 
 # %%
 if torch is None:
