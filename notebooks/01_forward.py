@@ -258,9 +258,9 @@ display(Markdown(f"```python\n{inspect.getsource(mirror.encoder_forward)}\n```")
 # the absolute values that were added, each of the `terms` fp32 adds may round by 2⁻²³ of it, and ε is one ULP of the
 # storage type at 1 (2⁻⁷ for bf16, 2⁻²³ for fp32), a whole ULP so that a stochastic rounding (notebook 04) fits as well
 # as a rounding to nearest. A tiny absolute term per add (`compare.FTZ_FLOOR_PER_TERM`) lets subnormals be flushed to
-# zero. The backward's checks use the same bound, with `terms` the largest number of adds any row received
-# (`max_terms`) for every row; for bf16 atomics (`rounding_per_add=True`) each add may round by ε instead of 2⁻²³,
-# since every add rounds to bf16.
+# zero. The backward's checks use the same bound for every row, with `terms` the most terms any row's sum holds
+# (`max_terms`: its adds and the old value they start from); for bf16 atomics (`rounding_per_add=True`) each add may
+# round by ε instead of 2⁻²³, since every add rounds to bf16.
 
 # %%
 B, T, C, V = 8, 1024, 768, 50257
