@@ -1,5 +1,6 @@
 """docs/teaching.md's table of notebooks and times: one row per notebook, the same core minutes as the notebook's
-intro says, and a core path that fits a three-hour session by its own estimate."""
+intro says, a core path that fits a three-hour session by its own estimate, and core minutes that leave room for
+reading the core prose at the rate docs/teaching.md states."""
 
 from __future__ import annotations
 
@@ -77,3 +78,44 @@ def test_the_table_and_the_intros_give_the_same_cuda_build_it_minutes():
         match = re.search(r"\(with a GPU\) about (\d+)", text)
         intros[nb.stem] = int(match.group(1)) if match else None
     assert intros == rows
+
+
+def _reading_rate() -> int:
+    """The reading rate docs/teaching.md bases its minutes on: ``at N words a minute``."""
+    match = re.search(r"at (\d+) words a minute", TEACHING.read_text())
+    assert match, "docs/teaching.md states no reading rate ('at N words a minute')"
+    return int(match.group(1))
+
+
+def _core_words(notebook: Path) -> int:
+    """Words of a notebook's markdown in its core sections: a ``##`` section marked *(optional)* is left out, and so
+    is a deeper heading marked *(optional)* up to the next heading of its level or above."""
+    words, skip_below = 0, None  # skip_below: the level of the optional heading being skipped
+    for cell in re.split(r"^# %%", notebook.read_text(), flags=re.M)[1:]:
+        if not cell.startswith(" [markdown]"):
+            continue
+        for line in cell.splitlines()[1:]:
+            heading = re.match(r"^# (#+) (.*)", line)
+            if heading:
+                level = len(heading.group(1))
+                if skip_below is not None and level <= skip_below:
+                    skip_below = None
+                if skip_below is None and "(optional)" in heading.group(2):
+                    skip_below = level
+            if skip_below is None and line.startswith("# "):
+                words += len(line[2:].split())
+    return words
+
+
+def test_core_minutes_leave_room_to_read_the_core_prose():
+    rate = _reading_rate()
+    short = {nb.stem: (_intro_minutes(nb), round(_core_words(nb) / rate, 1)) for nb in NOTEBOOKS
+             if _intro_minutes(nb) * rate < _core_words(nb)}
+    assert not short, f"core minutes below the reading time of the core prose at {rate} words a minute: {short}"
+
+
+def test_core_words_leave_out_optional_sections(tmp_path):
+    notebook = tmp_path / "99_x.py"
+    notebook.write_text("# %% [markdown]\n# ## 1. A (core)\n# one two three\n# ### (optional) B\n# four five\n"
+                        "# %%\nx = 1\n# %% [markdown]\n# ### C (core)\n# six\n# ## 2. (optional) D\n# seven\n")
+    assert _core_words(notebook) == len("## 1. A (core) one two three ### C (core) six".split())
