@@ -267,13 +267,12 @@ for name, run in toy_runs.items():
 # scheduling is never worse than 4/3 of the best possible schedule; an arbitrary order can take almost
 # twice as long.)
 #
-# At the scale of an H100 or H200 (132 SMs, 8 blocks of 256 threads each = 1056 slots, the most an SM's 2048
-# threads allow; the kernel llm.c launches, one block per bucket, is modelled) and one GPT-2 micro-batch, the cost
-# has to be closer to the kernel (section 5). A bucket's **items** are its positions `bt`,
-# one row of dout each; the **8 warps of a block share its bucket**, one item per warp per round, so a bucket of
-# `size` items takes `ceil(size / 8)` rounds (1 to 8 items: one round), plus a fixed start-up (read the table
-# entry, load and store `dwte`, round). Its size is not measured, so the model tries two values that bracket it: 0
-# (free) and 2 rounds.
+# At the scale of an H100 SXM or an H200 (132 SMs, 8 blocks of 256 threads each = 1056 slots, the most an SM's 2048
+# threads allow; the kernel llm.c launches, one block per bucket, is modelled) and one GPT-2 micro-batch, the cost has
+# to be closer to the kernel (section 5). A bucket's **items** are its positions `bt`, one row of dout each; the **8
+# warps of a block share its bucket**, one item per warp per round, so a bucket of `size` items takes `ceil(size / 8)`
+# rounds (1 to 8 items: one round), plus a fixed start-up (read the table entry, load and store `dwte`, round). Its size
+# is not measured, so the model tries two values that bracket it: 0 (free) and 2 rounds.
 
 # %%
 # NBVAL_CHECK_OUTPUT

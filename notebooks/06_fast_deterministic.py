@@ -34,7 +34,7 @@
 #    one in fp32 but usually the same in bf16;
 # 3. say which route builds the bucket table on the GPU for a given batch size, and why none of them makes the host
 #    wait;
-# 4. read from the committed timings why the chunked kernel's time hardly depends on how skewed the ids are.
+# 4. read from the committed timings why the chunked kernel's time does not grow with the skew of the ids.
 #
 # **Time:** about 25 minutes for the core sections, 20 more for those marked *(optional)* (`docs/teaching.md`).
 #

@@ -364,7 +364,7 @@ if steps:
 # Where our host-timed figure is far above the GPU's work, the difference is host work. What it changes in a whole
 # step depends on which side waits. Where the host is the bottleneck (a small model like this one, whose GPU work
 # per step is short), the encoder's host time, ours or `nn.Embedding`'s, adds to every step; the ms-per-step column
-# of section 5 shows how small a share of this model's step either is.
+# of section 5 shows how little the choice of encoder changes this model's step.
 # Where the GPU is (a real model, whose forward and backward keep the GPU busy for far longer than the host needs
 # to queue them), the host runs ahead, since no call of the adapter waits for the GPU; its overhead hides behind
 # the GPU's work, and what the step pays is the kernels' GPU time, where ours are the faster. A CUDA graph of the
