@@ -405,8 +405,8 @@ else:
 # *rest* of the model, and with `nn.Embedding` out of the encoder too: Inductor generates its gather and the position
 # add itself and can fuse them with the kernels around them. It cannot with ours: the adapter's two custom operators
 # still run their Python and their launches every step. So compiling can shorten the `nn.Embedding` step more than
-# ours; how much each gains is host time, which moves from one host and one run to the next (in the stored GPU run
-# both steps shortened, by about as much). The difference between the rows is host time, not GPU time (as the
+# ours; how much each gains is host time, which moves from one host and one run to the next, so the stored run's two
+# columns are one sample of it, not a ranking. The difference between the rows is host time, not GPU time (as the
 # host-timed figures above show; which part of our operators' host time counts most here has not been profiled).
 # In a model whose GPU work per step is long, the host's time hides behind it and the encoder's share of the step is
 # its GPU time.
