@@ -23,8 +23,8 @@
 #
 # **Prerequisites:** notebook 03 (the bucket table, the bucketed kernel: one block of 8 warps per bucket) and
 # basic CUDA: threads, blocks, warps of 32 lanes, `__shfl_sync`, shared memory and `__syncthreads`. The few CUDA
-# features beyond that are glossed in the box below, one line each. Notebook 04's stochastic rounding is used, not
-# explained again.
+# features beyond that appear in optional sections and are glossed in the table below, one line each. Notebook 04's
+# stochastic rounding is used, not explained again.
 #
 # **After this notebook you can:**
 # 1. say what a chunk, a unit, a channel group and a warp are in the chunked kernel, count the warps a token
@@ -36,7 +36,7 @@
 #    wait;
 # 4. read from the committed timings why the chunked kernel's time does not grow with the skew of the ids.
 #
-# **Time:** about 25 minutes for the core sections, 20 more for those marked *(optional)* (`docs/teaching.md`).
+# **Time:** about 20 minutes for the core sections, 20 more for those marked *(optional)* (`docs/teaching.md`).
 #
 # 0. Setup · 1. What was slow · 2. The words, once: one token from positions to `dwte`; Exercise 6 · 3. The
 # chunked kernel, per thread (3b, optional: in CUDA) · 4. Same bits every run, a different order than bucketed ·
@@ -44,10 +44,10 @@
 # by phase · 7. Skew against measured time · 8. (optional) One sequence, one launch
 
 # %% [markdown]
-# **CUDA beyond the prerequisites**, one line each (the helpers named are in `kernels/common.cuh`):
+# ### (optional) CUDA beyond the prerequisites
 #
-# The core sections need only the last two rows (section 5's summary of the routes names them); the others can
-# wait until the optional section that uses them.
+# One line each (the helpers named are in `kernels/common.cuh`); the last column says which section uses it. Read a
+# row when you reach its section.
 #
 # | feature | what it does | where |
 # |---|---|---|
@@ -118,9 +118,8 @@ print(f"chunked: {table.num_units} units of at most {layout.CHUNK_ITEMS} positio
 #   `size` are the token's whole range in `bt_list`; the chunk begins `chunk · 32` items in).
 # * **warp**: the *chunk kernel* (the first of the chunked method's two kernels; the *combine kernel*, section 3,
 #   is the second) gives **one warp to each (unit, channel group)**: at C = 768, 3 warps per unit.
-#   (Notebook 03's *bucket* is a (token, channel group); llm.c's bucketed kernel gives it one block of 8 warps,
-#   the count the next cell prints for comparison; the package's warps form gives a bucket of at most 8 items one
-#   warp, notebook 03 section 5.)
+#   (Notebook 03's *bucket* is a (token, channel group), given a block of 8 warps by llm.c's kernel: the next cell
+#   prints both counts.)
 
 # %%
 groups = layout.num_c_groups(C, enc.bfloat16)
@@ -167,9 +166,8 @@ print(f"token {top[0, 0]}: {len(top)} units, chunks {top[0, 1]}..{top[-1, 1]}, p
 
 
 # %% [markdown]
-# Small units help at the other end too: a token seen once (most tokens) occupies one warp per channel group,
-# where llm.c's bucketed kernel starts 8 warps per bucket and 7 of them find nothing to do (the package's warps
-# form of it, notebook 03, gives such buckets a warp too).
+# Small units help at the other end too: a token seen once (most tokens) occupies one warp per channel group, where
+# llm.c's bucketed kernel starts 8 warps per bucket and 7 of them find nothing to do.
 #
 # ### Exercise 6: which warp reads `dout[b, t, c]`? (core)
 #
@@ -204,26 +202,25 @@ done = exercises.check_locate_unit(locate_unit)
 # * the **token total** adds the partials in **chunk order**: `s = ((p₀ + p₁) + p₂) + …`;
 # * `dwte = round(s + old dwte)`, once (stochastically for bf16, keyed by the element as in notebook 04).
 #
-# A token with a single chunk is finished by its warps. A token with several chunks needs its partials added
-# in chunk order, so its warps store them in a scratch buffer, and a second, small kernel (the *combine*
-# kernel) adds them up. A second kernel, because the chunks' warps sit in different blocks, which cannot wait for
-# each other inside one launch (no barrier spans a grid, short of a cooperative launch); the end of a kernel is the
-# point where every partial is written. The combine kernel has one block per unit of such a token, and those
-# blocks share out the token's channels, a slice each, so that a token with hundreds of chunks is added by many
-# SMs at once. Here is the warp's body in per-thread Python (`gpt2enc_edu.course.perthread`): the same index math
-# and the same fp32 adds as the CUDA, one lane at a time.
-# Read the chunk kernel first: `unit` from the block and warp index (`CHUNKED_WARPS_PER_BLOCK` = 8 warps per block,
-# each on a unit of its own), the channel group from `blockIdx.y`, lane `l` loading the position of item `l`, then
-# the loop over the chunk's items. The combine kernel after it uses two more words:
+# A token of one chunk is finished by its warps. A token of several chunks needs its partials added in chunk order,
+# and its chunks' warps sit in different blocks, which cannot wait for each other inside one launch (no barrier spans
+# a grid, short of a cooperative launch). So they store their partials in a scratch buffer, and a second, small
+# kernel, the *combine* kernel, adds them once the first has ended. Its blocks, one per chunk of such a token, share
+# out the token's channels, so a token of hundreds of chunks is added by many SMs at once.
 #
-# * a **column** is 4 channels: one 16-byte pack of fp32 partial sums, which one thread adds.
-# * a **slice** is a run of `width` consecutive columns of the token. `combine_slices(num_chunks, C)`
-#   gives `(num_slices, width)`: about one slice per chunk, but none wider than the block's `COMBINE_THREADS`
-#   threads (one thread adds one column) and none much narrower than `COMBINE_MIN_COLUMNS` columns. The block of the
-#   token's chunk `k` takes slice `k` (and `k + num_chunks`, ... where there are more slices than chunks).
-# * a **stage** is a batch of the slice's partial rows, at most `COMBINE_STAGE_PACKS` 16-byte packs, that the
-#   whole block copies into shared memory before thread `col` adds its column of them in chunk order. The CUDA
-#   kernel keeps two stages in flight (`cp.async`); the per-thread form, one.
+# Below, both kernels in per-thread Python (`gpt2enc_edu.course.perthread`: the CUDA's index math and fp32 adds, one
+# lane at a time). In the chunk kernel: `unit` from the block and warp index (`CHUNKED_WARPS_PER_BLOCK` = 8 warps per
+# block, a unit each), the channel group from `blockIdx.y`, lane `l` loading item `l`'s position, then the loop over
+# the chunk's items. The combine kernel's words:
+#
+# * **column**: 4 channels, one 16-byte pack of fp32 partials, added by one thread;
+# * **slice**: `width` consecutive columns of the token. `combine_slices(num_chunks, C)` gives `(num_slices, width)`:
+#   about one slice per chunk, none wider than the block's `COMBINE_THREADS` threads nor much narrower than
+#   `COMBINE_MIN_COLUMNS` columns; the block of chunk `k` takes slice `k` (and `k + num_chunks`, … where there are more
+#   slices than chunks);
+# * **stage**: up to `COMBINE_STAGE_PACKS` 16-byte packs of the slice's partial rows, which the whole block copies
+#   into shared memory before thread `col` adds its column of them in chunk order (the CUDA keeps two stages in flight
+#   with `cp.async`; the per-thread form, one).
 
 # %%
 display(Markdown(f"```python\n{inspect.getsource(perthread.encoder_backward_wte_chunked)}\n```"))
@@ -307,16 +304,15 @@ del results, cpu, ref, bound, chunked, bucketed, ulps
 # %% [markdown]
 # ### Why bf16 runs of the two methods usually agree
 #
-# In training the gradients are **bf16** values (notebook 07, in its GPU configuration with bf16 weights, finds the
-# chunked and bucketed runs identical, bit for bit). A bf16 value has 8 significant bits; fp32 keeps 24. An fp32 sum
-# of bf16 values is exact, in any order, as long as every partial sum fits in 24 bits, which holds for most sums of a
-# few dozen values of similar size; and an exact sum is the same whatever the order. And where two orders do give
-# different fp32 sums, the difference sits in the low 16 bits that rounding to bf16 drops; with the same element-keyed
-# threshold for both methods, stochastic rounding gives the same bf16 value unless the threshold falls between the two
-# sums' dropped bits, a chance of the difference over 65536 (notebook 04). The same problem three ways, `dwte`
-# starting at zero so that the sum *is* the result. The first line below counts more differing elements than the cell
-# above, on the same ids and `dout`, because there each sum was added to a nonzero old `dwte` before it was stored,
-# which can hide a difference in the low bits; from zero, every difference shows.
+# In training the gradients are **bf16** values, and notebook 07 (GPU configuration, bf16 weights) finds the chunked
+# and bucketed runs identical, bit for bit. Two reasons. An fp32 sum of bf16 values (8 significant bits; fp32 keeps
+# 24) is exact as long as every partial sum fits in 24 bits, which holds for most sums of a few dozen values of similar
+# size, and an exact sum does not depend on the order. Where two orders do give different fp32 sums, the difference
+# sits in the low 16 bits that rounding to bf16 drops: with the same element-keyed threshold for both methods,
+# stochastic rounding gives them the same bf16 value unless the threshold falls between the two, a chance of the
+# difference over 65536 (notebook 04). The cell runs the same problem three ways with `dwte` starting at zero, so every
+# difference of the sums shows (the cell above added each sum to a nonzero old `dwte`, which can hide one: its count
+# is the smaller).
 
 # %%
 def differing(problem):
@@ -361,8 +357,9 @@ del p, bf16_values, bf16_storage
 # to the **class** of its count, 1 to 32. The bucket order puts the big tokens first, then the classes 32, 31, …, 1,
 # ids ascending inside a class.
 #
-# (*CUDA graph* and *cooperative launch*: the box at the top. The cells below print the names of the second column,
-# and the figures of section 6 title each panel with its route and kernel.)
+# (A *CUDA graph* is a sequence of launches recorded once and replayed with one call from the host; a *cooperative
+# launch* keeps all its blocks resident at once, so a barrier across the whole grid is legal. The cells below print
+# the names of the second column; section 6's figures title each panel with its route and kernel.)
 #
 # Which batch sizes take which route at T = 1024 (any route that takes a batch can also be asked for by name,
 # `gpt2enc_edu.buckets.build_bucket_table_gpu(..., route=...)`):
@@ -503,11 +500,14 @@ except FileNotFoundError as exc:
     print(exc)
 one_block = next((run for run in (phases or {}).get("runs", []) if run["B"] == 1 and run["route"] == "small"), None)
 if one_block:
-    print(f"phase plot, one-block route, B=1: {one_block['total_us']:.1f} us per launch, 20 back to back in a graph")
+    print(f"phase plot, one-block route, B=1 ({phases.get('device')}): {one_block['total_us']:.1f} us per launch, "
+          "20 back to back in a graph")
 bench_b1 = {r["ids"]: float(r["median_us"]) for r in rows if r["case"] == "gpu_buckets" and int(r["B"]) == 1}
 if bench_b1:
     print(f"benchmark, gpu_buckets, B=1 ({meta.get('device')}): one call, cold L2: "
           + ", ".join(f"{kind} {us:.1f} us" for kind, us in bench_b1.items()))
+if one_block and bench_b1 and phases.get("device") != meta.get("device"):
+    print("two different cards: the gap between the lines holds the cards' difference too")
 
 # %% [markdown]
 # Most of the difference is what the bench's timer adds to any call: `docs/experiments.md` ("What a timed call
@@ -517,14 +517,12 @@ if bench_b1:
 #
 # ## 7. Skew against measured time (core)
 #
-# The point of both kernels, measured: time per call against batch size for uniform, Zipf and real ids, for the bucketed
-# method and the chunked kernel, from the committed benchmark (`docs/bench/results.csv`, `python -m gpt2enc_edu.bench`,
-# whose card the output names; the notebook does not re-run it). The "wte kernel alone" panels appear when the results
-# hold those cases. The bucketed lines are the package's kernel (its warps form, notebook 03), which adds in llm.c's
-# order: llm.c's own kernel is not timed here. The bench times one call as a training step makes it, a lone launch after
-# L2 was flushed, so its times sit a few microseconds above the same work timed back to back with warm caches, as
-# section 6's phase plot times the one-block table: the difference is mostly the timer's own cost of a launch (section 6
-# compares the two on one card). First, how skewed each kind of ids is:
+# The point of both kernels, measured: time per call against B for uniform, Zipf and real ids, for the bucketed method
+# (the package's kernel, in llm.c's order; llm.c's own is not timed here) and the chunked one, from the committed
+# benchmark (`docs/bench/results.csv`, `python -m gpt2enc_edu.bench`; the output names its card; the notebook does not
+# re-run it). The "wte kernel alone" panels appear where the results hold those cases. The bench times one call as a
+# training step makes it, a lone launch after an L2 flush: a few microseconds above the same work back to back with
+# warm caches (section 6 compares the two). First, how skewed each kind of ids is:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -560,21 +558,19 @@ if present:
 # %% [markdown]
 # *Figure: one panel per kernel or route, time against B on log axes, one line per kind of ids.*
 #
-# How to read it, with the printed numbers beside it. Skew is a property of the ids: the Zipf(1.1) ids are the most
-# skewed here, the real text sample about half as much, uniform ids not at all (the first cell of this section). With
-# the **bucketed** kernel (llm.c's scheme: the largest bucket on one block) time follows that skew at large B: the Zipf
-# line lies above the others, because one block sums the top token's thousands of positions in the number of rounds that
-# cell prints, while the rest of the GPU waits. With the **chunked** kernel the kinds of ids come together: each of the
-# top token's chunks is a unit of its own, with 3 warps, and no warp sums more than 32 positions, so at large B the
-# skewed batches cost no more than the uniform one. They even cost less there: with fewer distinct tokens there are
-# fewer `dwte` rows to read and write, and once no warp sums more than 32 positions, those bytes are what the kernel's
-# time follows. Still, the whole chunked backward stays above its memory floor by the ratio printed above; what holds it
-# there, we infer (it has not been profiled), is the table's chain of short steps and the wte kernels' scattered row
-# reads, not the bytes. The skewed kinds sit farther above their floor than the uniform one for the same reason, also
-# inferred: fewer distinct tokens make their floor smaller (fewer `dwte` rows to read and write), while those costs, and
-# the combine kernel that only tokens of several chunks need, do not shrink with it. At small B every line flattens:
-# there the fixed costs (kernel launches, the bucket table's chain of short steps of section 6) dominate, not the bytes
-# moved, which is also why no kernel gets near its memory floor there (notebook 05).
+# How to read it, with the printed numbers beside it. Skew is a property of the ids: Zipf(1.1) is the most skewed
+# here, the real text about half as much, uniform not at all (the first cell of this section). The **bucketed** kernel
+# (the largest bucket on one block) follows that skew at large B: the Zipf line lies above the others, because one
+# block sums the top token's thousands of positions in the rounds that cell prints while the rest of the GPU waits.
+# With the **chunked** kernel the kinds come together: each chunk of the top token is a unit with 3 warps of its own,
+# no warp sums more than 32 positions, and at large B the skewed batches even cost less than the uniform one: with
+# fewer distinct tokens there are fewer `dwte` rows to read and write, and those bytes are what the time follows.
+# Yet the whole chunked backward stays above its memory floor by the printed ratio, and the skewed kinds farther than
+# the uniform one. What holds it there, we infer (it has not been profiled), is the table's chain of short steps, the
+# wte kernels' scattered row reads and, for tokens of several chunks, the combine kernel: costs that do not shrink
+# with the floor when fewer distinct tokens make it smaller. At small B every line flattens: fixed costs (launches,
+# the table's short steps of section 6) outweigh the bytes moved, which is also why no kernel gets near its floor
+# there (notebook 05).
 #
 # ### (optional) Why a piece alone can take longer than the whole call
 #
