@@ -21,14 +21,14 @@
 # table of notebook 03 on the GPU, with no host round trip, instead of on the host. Then tie the skew of the ids
 # to measured time.
 #
-# **Prerequisites:** notebook 03 (the bucket table, the bucketed kernel: one block of 8 warps per bucket) and
-# basic CUDA: threads, blocks, warps of 32 lanes, `__shfl_sync`, shared memory and `__syncthreads`. The few CUDA
-# features beyond that appear in optional sections and are glossed in the table below, one line each. Notebook 04's
+# **Prerequisites:** notebook 03 (the bucket table, the bucketed kernel: one block of 8 warps per bucket) and basic
+# CUDA: threads, blocks, warps of 32 lanes, `__shfl_sync`, shared memory and `__syncthreads`. The few CUDA features
+# beyond that appear mostly in optional sections and are glossed in the table below, one line each. Notebook 04's
 # stochastic rounding is used, not explained again.
 #
 # **After this notebook you can:**
-# 1. say what a chunk, a unit, a channel group and a warp are in the chunked kernel, count the warps a token
-#    gets (3 per chunk at C = 768 in bf16), and find the warp and the item that read one element of `dout`
+# 1. say what a chunk, a unit, a channel group and a warp are in the chunked kernel, count the warps a token gets (3 per
+#    chunk at C = 768 in bf16), and find the unit, the channel group and the item that read one element of `dout`
 #    (Exercise 6 checks it);
 # 2. write down the chunked method's order of the fp32 adds, and say why it gives other bits than the bucketed
 #    one in fp32 but usually the same in bf16;
@@ -36,7 +36,7 @@
 #    wait;
 # 4. read from the committed timings why the chunked kernel's time does not grow with the skew of the ids.
 #
-# **Time:** about 20 minutes for the core sections, 20 more for those marked *(optional)* (`docs/teaching.md`).
+# **Time:** about 25 minutes for the core sections, 20 more for those marked *(optional)* (`docs/teaching.md`).
 #
 # 0. Setup · 1. What was slow · 2. The words, once: one token from positions to `dwte`; Exercise 6 · 3. The
 # chunked kernel, per thread (3b, optional: in CUDA) · 4. Same bits every run, a different order than bucketed ·
@@ -54,7 +54,7 @@
 # | `__match_any_sync(mask, v)` | a warp **match**: each lane gets the mask of the lanes whose `v` equals its own (sm_70 and newer) | 5a, 5b |
 # | `__ballot_sync(mask, p)` | a warp **ballot**: every lane gets the same 32-bit mask, bit `l` set where lane `l`'s predicate `p` is true | 5b |
 # | `__syncwarp()` | a barrier for the 32 lanes of one warp only | 3b |
-# | `cp.async` (`copy16_async`, then `commit_async_copies` and `wait_async_copies`) | copies 16 bytes from global to shared memory without holding a register while it travels; the thread waits for its copies before it reads them (sm_80 and newer) | 3b |
+# | `cp.async` (`copy16_async`, then `commit_async_copies` and `wait_async_copies`) | copies 16 bytes from global to shared memory without holding a register while it travels; the thread waits for its copies before it reads them (sm_80 and newer) | 3a, 3b |
 # | programmatic dependent launch (`allow_next_grid` / `wait_for_previous_grid`) | the next kernel on the stream starts its setup while this one still runs, and waits in `wait_for_previous_grid` until this one's writes are visible (sm_90 and newer; elsewhere both do nothing) | 3b, 7 (its optional part) |
 # | cooperative launch | a launch whose blocks are all resident on the GPU at once (the grid must fit), so that `grid.sync()` can be a barrier across the whole grid | 5c |
 # | CUDA graph | a sequence of launches recorded once from a stream and replayed with one call from the host | 5b, 6 |
@@ -117,15 +117,16 @@ print(f"chunked: {table.num_units} units of at most {layout.CHUNK_ITEMS} positio
 # * **unit**: one chunk of one token, the row `units[u] = (token, chunk, start, size)` of the table (`start` and
 #   `size` are the token's whole range in `bt_list`; the chunk begins `chunk · 32` items in).
 # * **warp**: the *chunk kernel* (the first of the chunked method's two kernels; the *combine kernel*, section 3,
-#   is the second) gives **one warp to each (unit, channel group)**: at C = 768, 3 warps per unit.
-#   (Notebook 03's *bucket* is a (token, channel group), given a block of 8 warps by llm.c's kernel: the next cell
-#   prints both counts.)
+#   is the second) gives **one warp to each (unit, channel group)**: at C = 768 in bf16, 3 warps per unit. A block
+#   holds the warps of 8 units for one channel group (`blockIdx.y`), so the 3 warps of a unit sit in 3 blocks and
+#   never share one. (Notebook 03's *bucket* is a (token, channel group), given a block of 8 warps by llm.c's kernel:
+#   the next cell prints both counts.)
 
 # %%
 groups = layout.num_c_groups(C, enc.bfloat16)
 print(f"C={C}, bf16: {groups} channel groups of {layout.c_per_group(enc.bfloat16)} channels")
 print(f"this batch: {table.num_units} units -> {table.num_units * groups} warps of the chunk kernel; "
-      f"{table.num_buckets} buckets -> {table.num_buckets * layout.WTE_WARPS} warps of the bucketed kernel")
+      f"{table.num_buckets} buckets -> {table.num_buckets * layout.WTE_WARPS} warps of llm.c's bucketed kernel")
 
 # %% [markdown]
 # ### Which tokens need several chunks?
@@ -203,32 +204,23 @@ done = exercises.check_locate_unit(locate_unit)
 # * `dwte = round(s + old dwte)`, once (stochastically for bf16, keyed by the element as in notebook 04).
 #
 # A token of one chunk is finished by its warps. A token of several chunks needs its partials added in chunk order,
-# and its chunks' warps sit in different blocks, which cannot wait for each other inside one launch (no barrier spans
-# a grid, short of a cooperative launch). So they store their partials in a scratch buffer, and a second, small
-# kernel, the *combine* kernel, adds them once the first has ended. Its blocks, one per chunk of such a token, share
-# out the token's channels, so a token of hundreds of chunks is added by many SMs at once.
+# and a block holds only 8 units, so its chunks' warps may sit in different blocks (they always do past 8 chunks),
+# which cannot wait for each other inside one launch (no barrier spans a grid, short of a cooperative launch). So
+# they store their partials in a scratch buffer, and a second, small kernel, the *combine* kernel, adds them in chunk
+# order once the first has ended (section 3a).
 #
-# Below, both kernels in per-thread Python (`gpt2enc_edu.course.perthread`: the CUDA's index math and fp32 adds, one
-# lane at a time). In the chunk kernel: `unit` from the block and warp index (`CHUNKED_WARPS_PER_BLOCK` = 8 warps per
-# block, a unit each), the channel group from `blockIdx.y`, lane `l` loading item `l`'s position, then the loop over
-# the chunk's items. The combine kernel's words:
-#
-# * **column**: 4 channels, one 16-byte pack of fp32 partials, added by one thread;
-# * **slice**: `width` consecutive columns of the token. `combine_slices(num_chunks, C)` gives `(num_slices, width)`:
-#   about one slice per chunk, none wider than the block's `COMBINE_THREADS` threads nor much narrower than
-#   `COMBINE_MIN_COLUMNS` columns; the block of chunk `k` takes slice `k` (and `k + num_chunks`, … where there are more
-#   slices than chunks);
-# * **stage**: up to `COMBINE_STAGE_PACKS` 16-byte packs of the slice's partial rows, which the whole block copies
-#   into shared memory before thread `col` adds its column of them in chunk order (the CUDA keeps two stages in flight
-#   with `cp.async`; the per-thread form, one).
+# Below, the chunk kernel in per-thread Python (`gpt2enc_edu.course.perthread`: the CUDA's index math and fp32 adds,
+# one lane at a time): `unit` from the block and warp index (`CHUNKED_WARPS_PER_BLOCK` = 8 warps per block, a unit
+# each), the channel group from `blockIdx.y`, lane `l` loading item `l`'s position, the loop over the chunk's items,
+# then either the rounded store into `dwte` (a token of one chunk) or the partial into `partials`.
 
 # %%
 display(Markdown(f"```python\n{inspect.getsource(perthread.encoder_backward_wte_chunked)}\n```"))
-display(Markdown(f"```python\n{inspect.getsource(perthread.encoder_backward_wte_chunk_combine)}\n```"))
 
 # %% [markdown]
-# Run over the grid by `perthread.launch_backward_wte_chunked` on a small skewed problem, it gives the bits
-# of the package (the NumPy mirror on a CPU, the kernel on a GPU; the next cell says which runs here):
+# Run over the grid by `perthread.launch_backward_wte_chunked`, with the combine kernel of section 3a, on a small
+# skewed problem, it gives the bits of the package (the NumPy mirror on a CPU, the kernel on a GPU; the next cell
+# says which runs here):
 
 # %%
 xp = arrays()
@@ -246,6 +238,35 @@ enc.encoder_backward(on.dwte, on.dwpe, on.dout, on.inp, seed=77, method="chunked
 print(f"{small_table.num_units} units ({int((small_table.sizes[small_table.c_groups == 0] > 32).sum())} token(s) "
       f"with several chunks); per-thread Python == encoder_backward(method='chunked'):",
       compare.bitwise_equal(by_thread, on.dwte))
+
+# %% [markdown]
+# ### 3a. (optional) The combine kernel, per thread
+#
+# The combine kernel has a block for every unit (the blocks of single-chunk tokens leave at once); the blocks of one
+# token share out its channels, so a token of hundreds of chunks is added by many SMs at once. The scratch buffer
+# `partials` holds one row per unit, C fp32 values rounded up to whole channel groups (`c_padded`), so a token's
+# partials are consecutive rows, from row `unit - chunk` on. The kernel's words:
+#
+# * **column**: 4 channels, one 16-byte pack of fp32 partials, added by one thread;
+# * **slice**: `width` consecutive columns of the token. `combine_slices(num_chunks, C)` gives `(num_slices, width)`:
+#   about one slice per chunk, none wider than the block's `COMBINE_THREADS` threads nor much narrower than
+#   `COMBINE_MIN_COLUMNS` columns; the block of chunk `k` takes slice `k` (and `k + num_chunks`, … where there are more
+#   slices than chunks), and a block with no slice leaves;
+# * **stage**: up to `COMBINE_STAGE_PACKS` 16-byte packs of the slice's partial rows, which the whole block copies
+#   into shared memory before thread `col` adds its column of them in chunk order (the CUDA keeps two stages in flight
+#   with `cp.async`; the per-thread form, one).
+#
+# Why not one launch, with the last warp of a token to finish adding its partials (an atomic count after a
+# `__threadfence()`)? It was measured: the chunk kernel went past its register cap, and at B = 64 it was up to twice
+# as slow (`docs/experiments.md`, "L2 prefetch of a chunk's rows; the combine done by the last warp").
+
+# %%
+print(f"COMBINE_THREADS = {layout.COMBINE_THREADS}, COMBINE_MIN_COLUMNS = {layout.COMBINE_MIN_COLUMNS}, "
+      f"COMBINE_STAGE_PACKS = {layout.COMBINE_STAGE_PACKS}")
+for num_chunks in (2, 16, 289):
+    num_slices, width = (int(v) for v in layout.combine_slices(num_chunks, C))
+    print(f"C={C}, {num_chunks:3d} chunks: {num_slices} slices of {width} columns")
+display(Markdown(f"```python\n{inspect.getsource(perthread.encoder_backward_wte_chunk_combine)}\n```"))
 
 # %% [markdown]
 # ### 3b. (optional) The same kernels in CUDA
@@ -306,11 +327,12 @@ del results, cpu, ref, bound, chunked, bucketed, ulps
 #
 # In training the gradients are **bf16** values, and notebook 07 (GPU configuration, bf16 weights) finds the chunked
 # and bucketed runs identical, bit for bit. Two reasons. An fp32 sum of bf16 values (8 significant bits; fp32 keeps
-# 24) is exact as long as every partial sum fits in 24 bits, which holds for most sums of a few dozen values of similar
-# size, and an exact sum does not depend on the order. Where two orders do give different fp32 sums, the difference
-# sits in the low 16 bits that rounding to bf16 drops: with the same element-keyed threshold for both methods,
-# stochastic rounding gives them the same bf16 value unless the threshold falls between the two, a chance of the
-# difference over 65536 (notebook 04). The cell runs the same problem three ways with `dwte` starting at zero, so every
+# 24) is exact as long as every partial sum, from its leading bit down to the lowest bit of any term, fits in 24 bits:
+# true for most sums of values of similar size, and an exact sum does not depend on the order. Where two orders do
+# give different fp32 sums, the difference sits in the low 16 bits that rounding to bf16 drops: with the same
+# element-keyed threshold for both methods, stochastic rounding gives them the same bf16 value unless the threshold
+# falls between the two, a chance of (their difference in fp32 ULPs) / 65536 when both lie between the same two bf16
+# values (notebook 04). The cell runs the same problem three ways with `dwte` starting at zero, so every
 # difference of the sums shows (the cell above added each sum to a nonzero old `dwte`, which can hide one: its count
 # is the smaller).
 
@@ -370,8 +392,10 @@ for batch in (1, 2, 8, 64, 65, 128):
           f"routes that can take it: {', '.join(gpu_buckets.routes_for(batch * T, tokens.GPT2_VOCAB_SIZE))}")
 
 # %% [markdown]
-# **No host sync**, whichever route: the table's size stays on the GPU (`counters`); the wte kernel is launched for
-# an upper bound of buckets or units and reads the real count itself. The host never waits.
+# **No host sync**, whichever route. A launch's grid size is set on the host, so a table whose size only the GPU knows
+# would make the host wait for it. Instead the size stays on the GPU (`counters`); the wte kernel is launched for an
+# upper bound of buckets or units that the host knows from B·T and V alone, and its blocks past the real count, read
+# from `counters`, leave at once. The host never waits.
 #
 # ### 5a. (optional) The one-block route (`small`): one sequence
 #
@@ -521,8 +545,10 @@ if one_block and bench_b1 and phases.get("device") != meta.get("device"):
 # (the package's kernel, in llm.c's order; llm.c's own is not timed here) and the chunked one, from the committed
 # benchmark (`docs/bench/results.csv`, `python -m gpt2enc_edu.bench`; the output names its card; the notebook does not
 # re-run it). The "wte kernel alone" panels appear where the results hold those cases. The bench times one call as a
-# training step makes it, a lone launch after an L2 flush: a few microseconds above the same work back to back with
-# warm caches (section 6 compares the two). First, how skewed each kind of ids is:
+# training step makes it: CUDA events around a lone launch after an L2 flush, so each time also holds the start and
+# drain of a launch (the timer's own cost, a few microseconds) and the first reads from memory. That is why a small
+# call's time here sits above the same work timed back to back with warm caches (section 6's phase plot; its last cell
+# prints the two for the B = 1 table). First, how skewed each kind of ids is, and how many distinct tokens each has:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -530,7 +556,7 @@ for kind in tokens.KINDS:
     counts = np.bincount(tokens.make_ids(kind, 64, 1024, seed=0).ravel())
     print(f"B=64, {kind:8s} ids: the most frequent token fills {100 * counts.max() / counts.sum():4.1f}% of the positions "
           f"({counts.max()} of them: {-(-counts.max() // layout.WTE_WARPS)} rounds of the bucketed block, "
-          f"{-(-counts.max() // layout.CHUNK_ITEMS)} chunks)")
+          f"{-(-counts.max() // layout.CHUNK_ITEMS)} chunks); {int((counts > 0).sum())} distinct tokens")
 
 # %% [markdown]
 # ### Does the kind of ids change the time, for each method?
@@ -558,19 +584,19 @@ if present:
 # %% [markdown]
 # *Figure: one panel per kernel or route, time against B on log axes, one line per kind of ids.*
 #
-# How to read it, with the printed numbers beside it. Skew is a property of the ids: Zipf(1.1) is the most skewed
-# here, the real text about half as much, uniform not at all (the first cell of this section). The **bucketed** kernel
-# (the largest bucket on one block) follows that skew at large B: the Zipf line lies above the others, because one
-# block sums the top token's thousands of positions in the rounds that cell prints while the rest of the GPU waits.
-# With the **chunked** kernel the kinds come together: each chunk of the top token is a unit with 3 warps of its own,
-# no warp sums more than 32 positions, and at large B the skewed batches even cost less than the uniform one: with
-# fewer distinct tokens there are fewer `dwte` rows to read and write, and those bytes are what the time follows.
-# Yet the whole chunked backward stays above its memory floor by the printed ratio, and the skewed kinds farther than
-# the uniform one. What holds it there, we infer (it has not been profiled), is the table's chain of short steps, the
-# wte kernels' scattered row reads and, for tokens of several chunks, the combine kernel: costs that do not shrink
-# with the floor when fewer distinct tokens make it smaller. At small B every line flattens: fixed costs (launches,
-# the table's short steps of section 6) outweigh the bytes moved, which is also why no kernel gets near its floor
-# there (notebook 05).
+# How to read it, with the printed numbers beside it. Skew is a property of the ids: Zipf(1.1) is the most skewed here,
+# the real text about half as much, uniform not at all (the first cell of this section). The **bucketed** kernel (the
+# largest bucket on one block) follows that skew at large B: the Zipf line lies above the others, because one block sums
+# the top token's thousands of positions in the rounds that cell prints while the rest of the GPU waits. With the
+# **chunked** kernel the kinds come together: each chunk of the top token is a unit with 3 warps of its own, no warp
+# sums more than 32 positions, and at large B the skewed batches even cost less than the uniform one (fewer distinct
+# tokens, fewer `dwte` rows to read and write). Yet the whole chunked backward stays above its memory floor by the
+# printed ratio, and the farther the fewer distinct tokens the ids have: real ids, with the fewest, sit farthest, though
+# Zipf ids are the more skewed. What holds it there, we infer (it has not been profiled), is the table's chain of short
+# steps, the wte kernels' scattered row reads and, for tokens of several chunks, the combine kernel: costs that do not
+# shrink with the floor when fewer distinct tokens make it smaller. At small B every line flattens: fixed costs
+# (launches, the table's short steps of section 6) outweigh the bytes moved, which is also why no kernel gets near its
+# floor there (notebook 05).
 #
 # ### (optional) Why a piece alone can take longer than the whole call
 #
