@@ -36,7 +36,7 @@
 #    wait;
 # 4. read from the committed timings why the chunked kernel's time does not grow with the skew of the ids.
 #
-# **Time:** about 25 minutes for the core sections, 20 more for those marked *(optional)* (`docs/teaching.md`).
+# **Time:** about 30 minutes for the core sections, 20 more for those marked *(optional)* (`docs/teaching.md`).
 #
 # 0. Setup · 1. What was slow · 2. The words, once: one token from positions to `dwte`; Exercise 6 · 3. The
 # chunked kernel, per thread (3b, optional: in CUDA) · 4. Same bits every run, a different order than bucketed ·
@@ -205,9 +205,10 @@ done = exercises.check_locate_unit(locate_unit)
 #
 # A token of one chunk is finished by its warps. A token of several chunks needs its partials added in chunk order,
 # and a block holds only 8 units, so its chunks' warps may sit in different blocks (they always do past 8 chunks),
-# which cannot wait for each other inside one launch (no barrier spans a grid, short of a cooperative launch). So
-# they store their partials in a scratch buffer, and a second, small kernel, the *combine* kernel, adds them in chunk
-# order once the first has ended (section 3a).
+# which cannot wait for each other inside one launch (no barrier spans a grid, short of a cooperative launch, whose
+# blocks are all resident at once). So they store their partials in a scratch buffer, and a second, small kernel, the
+# *combine* kernel, adds them in chunk order once the first has ended. One launch could do it too, the last of a
+# token's warps to finish adding the partials after an atomic count; measured, that was slower (section 3a).
 #
 # Below, the chunk kernel in per-thread Python (`gpt2enc_edu.course.perthread`: the CUDA's index math and fp32 adds,
 # one lane at a time): `unit` from the block and warp index (`CHUNKED_WARPS_PER_BLOCK` = 8 warps per block, a unit
@@ -357,9 +358,9 @@ for name, problem in (("fp32 dout, fp32 sums stored", p), ("bf16-valued dout, fp
 del p, bf16_values, bf16_storage
 
 # %% [markdown]
-# With full fp32 inputs the two orders differ in many elements; with bf16-valued inputs the fp32 sums are almost
-# all exact, so the order shows in very few; rounded to bf16 they agree (the output says how many differ, if any).
-# A different order is a different definition, and nothing *guarantees* agreement: it is a property of these
+# With full fp32 inputs the two orders differ in tens of thousands of elements; with bf16-valued inputs the fp32 sums
+# are almost all exact, so the order shows in very few; rounded to bf16 they agree (the output says how many differ, if
+# any). A different order is a different definition, and nothing *guarantees* agreement: it is a property of these
 # values, which is why the package tests each method against its own mirror, not against the other method.
 #
 # ## 5. The GPU bucket table: three routes (core)
@@ -384,7 +385,9 @@ del p, bf16_values, bf16_storage
 # the names of the second column; section 6's figures title each panel with its route and kernel.)
 #
 # Which batch sizes take which route at T = 1024 (any route that takes a batch can also be asked for by name,
-# `gpt2enc_edu.buckets.build_bucket_table_gpu(..., route=...)`):
+# `gpt2enc_edu.buckets.build_bucket_table_gpu(..., route=...)`). For at most 1024 ids on a GPU, `method="chunked"`
+# needs no table at all: one kernel does its whole backward (section 8); the table serves the bucketed method, larger
+# batches, and a table built ahead of the call.
 
 # %%
 for batch in (1, 2, 8, 64, 65, 128):
@@ -507,14 +510,14 @@ fig = timing_plots.bucketing_phases(phases)
 # (whose block 0 ranks the big tokens), and none of them waits for the whole grid. Either is tens of microseconds,
 # against milliseconds for the host route (notebook 05).
 #
-# **Why the benchmark's B = 1 table takes longer than the whole bar above.** The two measure different things. The phase
-# plot times 20 launches captured back to back in one CUDA graph, with the ids and the workspace already in L2, and
-# divides by 20: each launch starts while the one before drains, so this is the kernel's own work. The benchmark
-# (`gpu_buckets` in `docs/bench/`, `bench/cases.py`) times **one** call the way a training step makes it: CUDA events
-# around it, after a write of at least twice the L2 size has evicted the inputs, so it also pays a lone launch's start
-# and drain and its first reads from HBM. The cell prints both: the phases as the figure has them (on a GPU measured
-# now, on a CPU the committed ones: the line above the figure says which, and names the card) and the bench's line with
-# its card. Compare the two where the card is the same:
+# **Why the benchmark's B = 1 table takes longer than the one-block panel's whole bar above.** The two measure different
+# things. The phase plot times 20 launches captured back to back in one CUDA graph, with the ids and the workspace
+# already in L2, and divides by 20: each launch starts while the one before drains, so this is the kernel's own work.
+# The benchmark (`gpu_buckets` in `docs/bench/`, `bench/cases.py`) times **one** call the way a training step makes it:
+# CUDA events around it, after a write of at least twice the L2 size has evicted the inputs, so it also pays a lone
+# launch's start and drain and its first reads from HBM. The cell prints both: the phases as the figure has them (on a
+# GPU measured now, on a CPU the committed ones: the line above the figure says which, and names the card) and the
+# bench's line with its card. Compare the two where the card is the same (the cell says when it is not):
 
 # %%
 try:
@@ -534,10 +537,10 @@ if one_block and bench_b1 and phases.get("device") != meta.get("device"):
     print("two different cards: the gap between the lines holds the cards' difference too")
 
 # %% [markdown]
-# Most of the difference is what the bench's timer adds to any call: `docs/experiments.md` ("What a timed call
-# holds besides the kernels") times a kernel of one thread the bench's way: 2.9 µs on an H200 (no H100 figure is
-# committed), of the order of the gap between the two lines above; the cold reads of the ids add a little (the
-# same section times the table with and without the flush).
+# On one card, most of the difference is what the bench's timer adds to any call: `docs/experiments.md` ("What a timed
+# call holds besides the kernels") times a kernel of one thread the bench's way: 2.9 µs on an H200 (no H100 figure is
+# committed), of the order of the gap between the two lines above; the cold reads of the ids add a little (the same
+# section times the table with and without the flush).
 #
 # ## 7. Skew against measured time (core)
 #
@@ -590,13 +593,13 @@ if present:
 # the top token's thousands of positions in the rounds that cell prints while the rest of the GPU waits. With the
 # **chunked** kernel the kinds come together: each chunk of the top token is a unit with 3 warps of its own, no warp
 # sums more than 32 positions, and at large B the skewed batches even cost less than the uniform one (fewer distinct
-# tokens, fewer `dwte` rows to read and write). Yet the whole chunked backward stays above its memory floor by the
-# printed ratio, and the farther the fewer distinct tokens the ids have: real ids, with the fewest, sit farthest, though
-# Zipf ids are the more skewed. What holds it there, we infer (it has not been profiled), is the table's chain of short
-# steps, the wte kernels' scattered row reads and, for tokens of several chunks, the combine kernel: costs that do not
-# shrink with the floor when fewer distinct tokens make it smaller. At small B every line flattens: fixed costs
-# (launches, the table's short steps of section 6) outweigh the bytes moved, which is also why no kernel gets near its
-# floor there (notebook 05).
+# tokens mean fewer `dwte` rows to read and write: the likely reason). Yet the whole chunked backward stays above its
+# memory floor by the printed ratio, and the fewer distinct tokens the ids have, the farther above it: real ids, with
+# the fewest, sit farthest, though Zipf ids are the more skewed. What holds it there, we infer (it has not been
+# profiled), is the table's chain of short steps, the wte kernels' scattered row reads and, for tokens of several
+# chunks, the combine kernel: costs that do not shrink with the floor when fewer distinct tokens make it smaller. At
+# small B every line flattens: fixed costs (launches, the table's short steps of section 6) outweigh the bytes moved,
+# which is also why no kernel gets near its floor there (notebook 05).
 #
 # ### (optional) Why a piece alone can take longer than the whole call
 #
