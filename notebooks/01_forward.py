@@ -308,8 +308,8 @@ for name, p in problems.items():
 #   loads both plainly, and each `wpe` pack once per thread, reused from registers for up to 8 sequences. Stores take
 #   hints too; version 3 stores plainly, since a streaming store measured no faster (`docs/experiments.md`).
 #   A hint cannot change a result, only where lines live in L2.
-# * **The package's fastest forward is version 3** (section 7), a different thread map; llm.c's kernel is
-#   version 2.
+# * **The package's fastest forward is version 3** (section 7), a different thread map; llm.c's kernel has version
+#   2's thread map and packs, with its own cache hints (above).
 #
 # What follows from the same arithmetic (one fp32 add, one rounding to nearest): on the same inputs the outputs are
 # **bitwise equal** to llm.c's, as a comparison on an H200 found (B = 64, uniform and Zipf ids, llm.c commit
@@ -324,7 +324,7 @@ for name, p in problems.items():
 # from the one before, each checked (bitwise equal to version 3, the one the package launches) and timed.
 #
 # * **version 1**: one element per thread, 2-byte loads and stores (bf16);
-# * **version 2**: one 128-bit pack per thread (sections 2-4; llm.c's kernel);
+# * **version 2**: one 128-bit pack per thread (sections 2-4; llm.c's thread map and packs);
 # * **version 3**: one pack column of one position per thread, for up to 8 sequences: the `wpe` pack is
 #   loaded once, 8 `wte` loads are in flight at once.
 #

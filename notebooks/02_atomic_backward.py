@@ -267,7 +267,9 @@ for method, (first, second) in runs16.items():
 # *widen* kernel copies to fp32 only the rows of the tokens the batch uses (a per-token stamp lets the first warp that
 # meets a token claim its row, so each row is copied once), and a *narrow* kernel rounds those rows back to bf16 once
 # after the adds: 21-25 µs at B = 1 in the same measurement, at most 1.21 times PyTorch's `index_add_` plus the `dwpe`
-# sum. The bytes of both designs for this batch, at GPT-2's vocabulary:
+# sum, so about PyTorch's speed at B = 1 there (notebook 05's committed bench, another card and PyTorch's embedding
+# backward, has the fp32 route ahead of PyTorch's at every B). The bytes of both designs for this batch, at GPT-2's
+# vocabulary:
 
 # %%
 V_gpt2, per_element = 50257, 2 + 4 + 4 + 2  # widen: read bf16, write fp32; narrow: read fp32, write bf16

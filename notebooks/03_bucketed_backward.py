@@ -312,8 +312,8 @@ for per_block in (0, 2):
 #   a warps form, the optional subsection below): warps without an item leave at once (they issue nothing more, though
 #   the block keeps its place on the SM until its busy warps end), and the busy ones meet at a *named* barrier that
 #   counts only them, so nothing rests on how a GPU treats threads that exited;
-# * **llm.c's kernel**: every warp but warp 0 writes its sum and returns, and warp 0 waits alone at
-#   `__syncthreads()`, counting on exited threads to release it (section 7 says where that rule is written).
+# * **llm.c's kernel**: every warp but warp 0 returns (a warp with items first writes its sum), and warp 0 waits alone
+#   at `__syncthreads()`, counting on exited threads to release it (section 7 says where that rule is written).
 #
 # The rounding to bf16 is stochastic (notebook 04), and its random numbers are keyed by the **element**
 # `(token, channel)` and the seed, not by the block or the thread, so the order in which blocks run
@@ -482,15 +482,16 @@ print("shuffled bucket order, same dwte bits:", compare.bitwise_equal(on.dwte, r
 # Compare this with notebook 02: the atomic kernel's bits changed from run to run, these never do, and
 # the GPU and the CPU mirror agree to the last bit.
 #
-# **And llm.c's bits?** `method="bucketed"` adds each element's terms in llm.c's order: the same items per warp,
-# the warps combined in the same order. A comparison harness kept outside the repository ran llm.c's kernels
-# (llm.c commit `f1e2ace6`) and the package's on the same inputs (H200, B = 64, uniform and Zipf ids;
-# `docs/experiments.md`, "Against llm.c"). Every value of llm.c's `dwpe` and `dwte` was one of the two bf16
-# neighbours of the package's fp32 sum, as equal fp32 sums give. So the two differ only where their rounding noise
-# differs, by at most 1 bf16 ULP: llm.c keys the noise by thread, block and bucket index, the package by element
-# (section 7, item 1). They cannot be equal bit for bit without llm.c's keys. Only the bucketed method can match
-# llm.c this closely: `method="chunked"` (notebook 06) adds in another order, so its fp32 sums may differ from
-# llm.c's in the last bits as well.
+# **And llm.c's bits?** `method="bucketed"` adds each element's terms in llm.c's order: the same items per warp, the
+# warps combined in the same order. A comparison harness kept outside the repository ran llm.c's kernels (llm.c commit
+# `f1e2ace6`) and the package's on the same inputs (H200, B = 64, uniform and Zipf ids; `docs/experiments.md`, "Against
+# llm.c"). Every value of llm.c's `dwpe` and `dwte` was one of the two bf16 neighbours of the package's fp32 sum: what
+# equal fp32 sums give, and the same terms added in the same order should be equal (the check is consistent with that;
+# it does not read llm.c's fp32 sums, so it does not prove it). The two differ by at most 1 bf16 ULP, where their
+# rounding noise picks different neighbours: llm.c keys the noise by thread, block and bucket index, the package by
+# element (section 7, item 1). They cannot be equal bit for bit without llm.c's keys. Only the bucketed method can match
+# llm.c this closely: `method="chunked"` (notebook 06) adds in another order, so its fp32 sums may differ from llm.c's
+# in the last bits as well.
 #
 # ## 7. (optional) llm.c does it this way
 #

@@ -273,7 +273,7 @@ print("  the same seed        :", fixed[:, -1].astype(np.float64).tolist())
 # Keyed by `(element, tensor, seed)`, none of this arises: every kernel variant, any table order and the
 # NumPy mirror round each element with the same threshold. The price is llm.c's exact bits: `method="bucketed"`
 # sums in llm.c's order, yet its result differs from llm.c's by up to 1 ULP wherever the two noises pick different
-# neighbours of the same fp32 sum (notebook 03, section 6, has the comparison).
+# bf16 neighbours of what should be the same fp32 sum (notebook 03, section 6, has the comparison).
 #
 # ## 7. Through the real kernels (core)
 #

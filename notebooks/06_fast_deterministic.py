@@ -39,9 +39,9 @@
 # **Time:** about 30 minutes for the core sections, 20 more for those marked *(optional)* (`docs/teaching.md`).
 #
 # 0. Setup · 1. What was slow · 2. The words, once: one token from positions to `dwte`; Exercise 6 · 3. The
-# chunked kernel, per thread (3b, optional: in CUDA) · 4. Same bits every run, a different order than bucketed ·
-# 5. The GPU bucket table: three routes (5a-5c, optional: each route) · 6. (optional) What the table costs, phase
-# by phase · 7. Skew against measured time · 8. (optional) One sequence, one launch
+# chunked kernel, per thread (3a, optional: the combine kernel; 3b, optional: in CUDA) · 4. Same bits every run, a
+# different order than bucketed · 5. The GPU bucket table: three routes (5a-5c, optional: each route) · 6. (optional)
+# What the table costs, phase by phase · 7. Skew against measured time · 8. (optional) One sequence, one launch
 
 # %% [markdown]
 # ### (optional) CUDA beyond the prerequisites

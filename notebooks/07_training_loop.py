@@ -189,15 +189,15 @@ else:
 #
 # ## 4. Two runs with the atomic encoder backward (core)
 #
-# `method="atomic_bf16"` adds bf16 values with `atomicAdd` directly, as a naive bf16 kernel would: the order
-# of the adds depends on thread scheduling, every add rounds to 8 significant bits, so the sums differ from
-# run to run, and once one gradient differs the runs never meet again. `method="atomic"` adds in fp32 and
-# rounds to the storage dtype once: its order-dependent last fp32 bits change the result only where a sum
-# lies within that wobble of a rounding boundary. Rounded to bf16 that is rare, and two runs may well agree
-# for many steps; in fp32 storage (the CPU configuration) they part within a few steps. Either way nothing
-# *guarantees* agreement. (On the CPU the mirror draws a random order each call to play the scheduler.) The adapter
-# tells PyTorch that these two methods are nondeterministic, as PyTorch's own atomic operators do, so under
-# `torch.use_deterministic_algorithms(True)` they raise: these runs turn the switch off.
+# `method="atomic_bf16"` adds bf16 values with `atomicAdd` directly, as a naive bf16 kernel would: the order of the adds
+# depends on thread scheduling, every add rounds to 8 significant bits, so the sums differ from run to run, and once one
+# gradient differs the runs never meet again. `method="atomic"` adds in fp32 and rounds to the storage dtype once: its
+# order-dependent last fp32 bits change the result only where a sum lies within that wobble of a rounding boundary.
+# Rounded to bf16 that is rare, and two runs may well agree for many steps; in fp32 storage (the CPU configuration)
+# every order-dependent last bit shows, so they part sooner. Either way nothing *guarantees* agreement. (On the CPU the
+# mirror draws a random order each call to play the scheduler.) The adapter tells PyTorch that these two methods are
+# nondeterministic, as PyTorch's own atomic operators do, so under `torch.use_deterministic_algorithms(True)` they
+# raise: these runs turn the switch off.
 
 # %%
 if torch is None:
@@ -221,11 +221,11 @@ else:
 # -m gpt2enc_edu.bench` times both: at GPT-2 size the deterministic one is the slower); whether two runs part is what
 # the cell shows (without the switch PyTorch may use code whose order is not fixed; two runs may still give the same
 # bits, but nothing guarantees it). On the CPU PyTorch's embedding backward is deterministic either way. Times are the
-# median of one whole training step (the encoder is a small part of it here). On a GPU the step times differ little
-# between the encoders, though the README finds our kernels several times faster than PyTorch's: a step of this small
-# model is mostly host time (Python, launches), in which the adapter's Python costs more than `nn.Embedding`'s C++, and
-# what our kernels save on the GPU is a small part of such a step. The README's speed-ups are the GPU's work, which a
-# large model's step pays instead. Section 7 measures both.
+# median of one whole training step (the encoder is a small part of it here). A step of this small model is mostly
+# host time (Python, launches), which moves by tens of percent from one run to the next (section 7): on a GPU, gaps
+# between the rows larger than the whole encoder call (about a millisecond there, section 7) are that movement, not
+# the encoders. So the column cannot show the README's speed-up of our backward over PyTorch's deterministic one: that
+# is the GPU's work, a small part of such a step, which a large model's step pays instead. Section 7 measures both.
 
 # %%
 if torch is None:
@@ -324,20 +324,20 @@ else:
         print(f"{label:<34} {ms:8.3f} ms")
 
 # %% [markdown]
-# These are not the README's and notebook 05's numbers, which find our kernels several times faster than
-# PyTorch's, and they need not agree with them: they time different things. The benchmark times the **GPU's work**
-# of one call (CUDA events, host overhead hidden); the cell above times the **host** around a whole forward and
+# These are not the README's and notebook 05's numbers, which find our backward several times faster than PyTorch's
+# deterministic one, and they need not agree with them: they time different things. The benchmark times the **GPU's
+# work** of one call (CUDA events, host overhead hidden); the cell above times the **host** around a whole forward and
 # backward, which for our encoder includes its Python: the adapter's autograd function, whose backward runs on
-# autograd's device thread, and one driver call per kernel (after the first call of a shape, the adapter replays
-# the launches it recorded then: `gpt2enc_edu.plans`). `nn.Embedding`'s path is C++ all the way. The next cell
-# prints, from the committed benchmark, the GPU's work of the same calls and the same steps host-timed (its GPU is
-# named; the cell above ran on this machine). The benchmark's step rows and the cell above time the same step, but
-# in two processes at two moments, and often on two machines: host times differ between two processes by tens of
-# percent, and between two hosts by several times (compare the cell above with the bench's rows): compare rows within
-# one of them, not across. Even the order of rows can differ between hosts: a slower host weighs the adapter's
-# Python more than `nn.Embedding`'s C++. On a second H100 host (`docs/experiments.md`, "A second host's step
-# timings") the adapter's eager step at B = 8 was still shorter than `nn.Embedding`'s deterministic one for every
-# kind of ids, but no longer shorter than the non-deterministic one, as the cell above may find too.
+# autograd's device thread, and one driver call per kernel (after the first call of a shape, the adapter replays the
+# launches it recorded then: `gpt2enc_edu.plans`). `nn.Embedding`'s path is C++ all the way. The next cell prints, from
+# the committed benchmark, the GPU's work of the same calls and the same steps host-timed (its GPU is named; the cell
+# above ran on this machine). The benchmark's step rows and the cell above time the same step, but in two processes at
+# two moments, and often on two machines: host times differ between two processes by tens of percent, and between two
+# hosts by several times (compare the cell above with the bench's rows): compare rows within one of them, not across.
+# Even the order of rows can differ between hosts: a slower host weighs the adapter's Python more than `nn.Embedding`'s
+# C++. On a second H100 host (`docs/experiments.md`, "A second host's step timings") the adapter's eager step at B = 8
+# was still shorter than `nn.Embedding`'s deterministic one for every kind of ids, but no longer shorter than the
+# non-deterministic one, as the cell above may find too.
 
 # %%
 from gpt2enc_edu import bench
@@ -363,8 +363,8 @@ if steps:
 # %% [markdown]
 # Where our host-timed figure is far above the GPU's work, the difference is host work. What it changes in a whole
 # step depends on which side waits. Where the host is the bottleneck (a small model like this one, whose GPU work
-# per step is short), the encoder's host time, ours or `nn.Embedding`'s, adds to every step; the ms-per-step column
-# of section 5 shows how little the choice of encoder changes this model's step.
+# per step is short), the encoder's host time, ours or `nn.Embedding`'s, adds to every step, a small part of the
+# steps of section 5.
 # Where the GPU is (a real model, whose forward and backward keep the GPU busy for far longer than the host needs
 # to queue them), the host runs ahead, since no call of the adapter waits for the GPU; its overhead hides behind
 # the GPU's work, and what the step pays is the kernels' GPU time, where ours are the faster. A CUDA graph of the
