@@ -268,12 +268,14 @@ for method, (first, second) in runs16.items():
 # meets a token claim its row, so each row is copied once), and a *narrow* kernel rounds those rows back to bf16 once
 # after the adds: 21-25 µs at B = 1 in the same measurement, at most 1.21 times PyTorch's `index_add_` plus the `dwpe`
 # sum, so about PyTorch's speed at B = 1 there (notebook 05's committed bench, another card and PyTorch's embedding
-# backward, has the fp32 route ahead of PyTorch's at every B). The bytes of both designs for this batch, at GPT-2's
-# vocabulary:
+# backward, has the fp32 route ahead of PyTorch's at every B). The bytes of both designs for a batch of this size at
+# GPT-2's vocabulary (the same Zipf law, drawn over all 50,257 rows rather than section 4's 8192):
 
 # %%
-V_gpt2, per_element = 50257, 2 + 4 + 4 + 2  # widen: read bf16, write fp32; narrow: read fp32, write bf16
-distinct = np.unique(p16.inp).size
+from gpt2enc_edu import tokens
+
+V_gpt2, per_element = tokens.GPT2_VOCAB_SIZE, 2 + 4 + 4 + 2  # widen: read bf16, write fp32; narrow: read fp32, write bf16
+distinct = np.unique(tokens.make_ids("zipf", B, T, seed=3, V=V_gpt2)).size
 print(f"{distinct:,} distinct ids in {B * T:,} positions. Converting all {V_gpt2:,} rows: "
       f"{V_gpt2 * C * per_element / 1e6:,.0f} MB per call; only the used rows: {distinct * C * per_element / 1e6:.1f} MB; "
       f"reading dout: {B * T * C * 2 / 1e6:.1f} MB")
