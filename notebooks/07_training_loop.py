@@ -223,7 +223,7 @@ else:
 # bits, but nothing guarantees it). On the CPU PyTorch's embedding backward is deterministic either way. Times are the
 # median of one whole training step (the encoder is a small part of it here). A step of this small model is mostly
 # host time (Python, launches), which moves by tens of percent from one run to the next (section 7): on a GPU, gaps
-# between the rows larger than the whole encoder call (about a millisecond there, section 7) are that movement, not
+# between the rows larger than the whole encoder call (under a millisecond there, section 7) are that movement, not
 # the encoders. So the column cannot show the README's speed-up of our backward over PyTorch's deterministic one: that
 # is the GPU's work, a small part of such a step, which a large model's step pays instead. Section 7 measures both.
 
