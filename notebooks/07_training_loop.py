@@ -332,12 +332,13 @@ else:
 # launches it recorded then: `gpt2enc_edu.plans`). `nn.Embedding`'s path is C++ all the way. The next cell prints, from
 # the committed benchmark, the GPU's work of the same calls and the same steps host-timed (its GPU is named; the cell
 # above ran on this machine). The benchmark's step rows and the cell above time the same step, but in two processes at
-# two moments, and often on two machines: host times differ between two processes by tens of percent, and between two
-# hosts by several times (compare the cell above with the bench's rows): compare rows within one of them, not across.
-# Even the order of rows can differ between hosts: a slower host weighs the adapter's Python more than `nn.Embedding`'s
-# C++. On a second H100 host (`docs/experiments.md`, "A second host's step timings") the adapter's eager step at B = 8
-# was still shorter than `nn.Embedding`'s deterministic one for every kind of ids, but no longer shorter than the
-# non-deterministic one, as the cell above may find too.
+# two moments, and often on two machines: host times differ between two processes by tens of percent or more (compare
+# the cell above with the bench's rows), and between two hosts by up to several times (below): compare rows within one
+# of them, not across. Even the order of rows can differ between hosts: a slower host weighs the adapter's Python more
+# than `nn.Embedding`'s C++. On a second H100 host (`docs/experiments.md`, "A second host's step timings": its steps
+# took 1.2 to 3.6 times the committed run's) the adapter's eager step at B = 8 was still shorter than `nn.Embedding`'s
+# deterministic one for every kind of ids, but no longer shorter than the non-deterministic one, as the cell above may
+# find too.
 
 # %%
 from gpt2enc_edu import bench
@@ -404,9 +405,10 @@ else:
 # this small the step is mostly launches and Python on both sides. Compiling takes launches and Python out of the
 # *rest* of the model, and with `nn.Embedding` out of the encoder too: Inductor generates its gather and the position
 # add itself and can fuse them with the kernels around them. It cannot with ours: the adapter's two custom operators
-# still run their Python and their launches every step. So compiling can shorten the `nn.Embedding` step more than
-# ours; how much each gains is host time, which moves from one host and one run to the next, so the stored run's two
-# columns are one sample of it, not a ranking. The difference between the rows is host time, not GPU time (as the
+# still run their Python and their launches every step. So compiling takes more host work out of the `nn.Embedding`
+# step than out of ours. Whether that step then gains more is not settled by one run: both gains are host time, which
+# moves by tens of percent from one run to the next (section 5), so the stored run's two columns may come out in either
+# order; they are one sample, not a ranking. The difference between the rows is host time, not GPU time (as the
 # host-timed figures above show; which part of our operators' host time counts most here has not been profiled).
 # In a model whose GPU work per step is long, the host's time hides behind it and the encoder's share of the step is
 # its GPU time.
