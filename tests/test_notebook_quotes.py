@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "docs" / "experiments.md"
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
 #: A measured quantity: a number with a unit of time, size, rate, share or ratio ("19 times" is a ratio).
-MEASURED = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s?(µs|us|ms|MB|GB|%|GB/s|TB/s|×|x|times)(?!\w)")
+MEASURED = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s?(µs|us|ms|MB|GB/s|TB/s|GB|%|×|x|times)(?!\w)")
 SECTION = re.compile(r"experiments\.md`?,\s*\"([^\"]+)\"")
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?")
 
